@@ -1,0 +1,77 @@
+#include "cache/kv_cache.h"
+
+namespace lmx {
+
+mx::array create_causal_mask(int n, int offset, std::optional<int> window) {
+  mx::array rinds = mx::arange(offset + n);
+  mx::array linds = offset ? mx::arange(offset, offset + n) : rinds;
+  linds = mx::expand_dims(linds, 1);
+  rinds = mx::expand_dims(rinds, 0);
+  mx::array mask = mx::greater_equal(linds, rinds);
+  if (window) mask = mx::logical_and(mask, mx::less(linds, mx::add(rinds, mx::array(*window))));
+  return mask;
+}
+
+namespace {
+
+// mlx-lm cache.create_attention_mask(N, offset, return_array, window_size).
+Mask attention_mask(int n, int offset, bool return_array, std::optional<int> window) {
+  if (window) return {"", create_causal_mask(n, offset, window)};
+  if (n == 1) return {};
+  if (return_array) return {"", create_causal_mask(n, offset, window)};
+  return {"causal", std::nullopt};
+}
+
+}  // namespace
+
+std::pair<mx::array, mx::array> KVCache::update_and_fetch(const mx::array& keys,
+                                                          const mx::array& values) {
+  const int prev = offset_;
+  const int L = keys.shape(2);
+  if (!keys_ || prev + L > keys_->shape(2)) {
+    const int B = keys.shape(0), H = keys.shape(1), Dk = keys.shape(3), Dv = values.shape(3);
+    const int n_steps = (kStep + L - 1) / kStep;
+    mx::array new_k = mx::zeros({B, H, n_steps * kStep, Dk}, keys.dtype());
+    mx::array new_v = mx::zeros({B, H, n_steps * kStep, Dv}, values.dtype());
+    if (keys_) {
+      if (prev % kStep != 0) {
+        keys_ = mx::slice(*keys_, {0, 0, 0, 0}, {B, H, prev, Dk});
+        values_ = mx::slice(*values_, {0, 0, 0, 0}, {B, H, prev, Dv});
+      }
+      keys_ = mx::concatenate({*keys_, new_k}, 2);
+      values_ = mx::concatenate({*values_, new_v}, 2);
+    } else {
+      keys_ = new_k;
+      values_ = new_v;
+    }
+  }
+  offset_ += L;
+  const auto& ks = keys_->shape();
+  const auto& vs = values_->shape();
+  keys_ = mx::slice_update(*keys_, keys, {0, 0, prev, 0}, {ks[0], ks[1], offset_, ks[3]});
+  values_ = mx::slice_update(*values_, values, {0, 0, prev, 0}, {vs[0], vs[1], offset_, vs[3]});
+  if (offset_ < keys_->shape(2)) {
+    return {mx::slice(*keys_, {0, 0, 0, 0}, {ks[0], ks[1], offset_, ks[3]}),
+            mx::slice(*values_, {0, 0, 0, 0}, {vs[0], vs[1], offset_, vs[3]})};
+  }
+  return {*keys_, *values_};
+}
+
+int KVCache::trim(int n) {
+  n = std::min(offset_, n);
+  offset_ -= n;
+  return n;
+}
+
+Mask KVCache::make_mask(int n, std::optional<int> window, bool return_array) const {
+  return attention_mask(n, offset_, return_array, window);
+}
+
+std::vector<mx::array> KVCache::state() const {
+  if (!keys_) return {};
+  return {*keys_, *values_};
+}
+
+size_t KVCache::nbytes() const { return keys_ ? keys_->nbytes() + values_->nbytes() : 0; }
+
+}  // namespace lmx

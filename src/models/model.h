@@ -1,0 +1,98 @@
+// The model interface, the registry by model_type, and checkpoint loading.
+#pragma once
+
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "cache/kv_cache.h"
+#include "core/json.h"
+#include "io/safetensors.h"
+
+namespace lmx {
+
+struct QuantSpec {
+  int bits = 4;
+  int group_size = 64;
+  std::string mode = "affine";
+};
+
+// config.json's `quantization` block: defaults plus per-module overrides (false = keep float).
+struct QuantConfig {
+  std::optional<QuantSpec> defaults;
+  std::map<std::string, std::optional<QuantSpec>> modules;
+  static QuantConfig from_config(const json& config, const std::string& source);
+};
+
+// Checkpoint tensors after `sanitize`; every tensor must be taken exactly once, with its shape
+// checked (mlx-lm's load_weights(strict=True)).
+class WeightStore {
+ public:
+  WeightStore(Weights weights, QuantConfig quant, std::string source);
+
+  bool has(const std::string& key) const { return weights_.count(key) > 0; }
+  mx::array take(const std::string& key, const mx::Shape& shape);
+  std::optional<mx::array> take_optional(const std::string& key, const mx::Shape& shape);
+  // mlx-lm's class_predicate: a config entry for the module wins, else quantized iff
+  // `<path>.scales` exists, with the default bits and group size.
+  std::optional<QuantSpec> quant_for(const std::string& module_path) const;
+  void check_all_used() const;
+  const std::string& source() const { return source_; }
+
+ private:
+  Weights weights_;
+  std::set<std::string> used_;
+  QuantConfig quant_;
+  std::string source_;
+};
+
+class Model {
+ public:
+  virtual ~Model() = default;
+  // tokens: (B, L) int32 -> logits (B, L, vocab).
+  virtual mx::array operator()(const mx::array& tokens, Cache& cache) = 0;
+  // Hidden states after the final norm, (B, L, hidden); used by embeddings.
+  virtual mx::array hidden(const mx::array& tokens, Cache& cache) = 0;
+  virtual Cache make_cache() const;
+  virtual int num_layers() const = 0;
+};
+
+struct ModelInfo {
+  std::string model_type;
+  json config;
+  std::vector<int> eos_token_ids;           // generation_config.json wins over config.json
+  std::optional<int> max_position_embeddings;
+};
+
+struct LoadedWeights {
+  std::unique_ptr<Model> model;
+  ModelInfo info;
+};
+
+// One registered architecture: build the model from config.json, consuming tensors.
+struct Architecture {
+  // Rewrites checkpoint tensors before loading (mlx-lm's Model.sanitize).
+  std::function<void(const json& config, Weights& weights)> sanitize;
+  std::function<std::unique_ptr<Model>(const json& config, WeightStore& weights)> build;
+};
+
+void register_architecture(const std::string& model_type, Architecture arch);
+const Architecture* find_architecture(const std::string& model_type);
+std::vector<std::string> registered_architectures();
+
+// Loads config.json, generation_config.json and model*.safetensors from a directory.
+LoadedWeights load_model(const std::filesystem::path& dir);
+
+// Static registration helper for one architecture file.
+struct ArchitectureRegistrar {
+  ArchitectureRegistrar(const std::string& model_type, Architecture arch) {
+    register_architecture(model_type, std::move(arch));
+  }
+};
+
+}  // namespace lmx
