@@ -35,7 +35,8 @@ fs::path lmx_binary() { return fs::path(LMX_BINARY); }
 RunResult run_lmx(const std::string& args) {
   RunResult r;
   fs::path err_file = fs::temp_directory_path() / ("lmx_test_err_" + std::to_string(::getpid()));
-  std::string cmd = lmx_binary().string() + " " + args + " 2>" + err_file.string() + " </dev/null";
+  std::string cmd = lmx_binary().string() + " " + args + " 2>" + err_file.string();
+  if (args.find('<') == std::string::npos) cmd += " </dev/null";
   FILE* p = ::popen(cmd.c_str(), "r");
   if (!p) return r;
   std::array<char, 4096> buf{};

@@ -48,8 +48,10 @@ std::pair<mx::array, mx::array> KVCache::update_and_fetch(const mx::array& keys,
   offset_ += L;
   const auto& ks = keys_->shape();
   const auto& vs = values_->shape();
-  keys_ = mx::slice_update(*keys_, keys, {0, 0, prev, 0}, {ks[0], ks[1], offset_, ks[3]});
-  values_ = mx::slice_update(*values_, values, {0, 0, prev, 0}, {vs[0], vs[1], offset_, vs[3]});
+  keys_ = mx::slice_update(*keys_, keys, mx::Shape{0, 0, prev, 0},
+                           mx::Shape{ks[0], ks[1], offset_, ks[3]});
+  values_ = mx::slice_update(*values_, values, mx::Shape{0, 0, prev, 0},
+                             mx::Shape{vs[0], vs[1], offset_, vs[3]});
   if (offset_ < keys_->shape(2)) {
     return {mx::slice(*keys_, {0, 0, 0, 0}, {ks[0], ks[1], offset_, ks[3]}),
             mx::slice(*values_, {0, 0, 0, 0}, {vs[0], vs[1], offset_, vs[3]})};

@@ -1,13 +1,13 @@
 // KV caches with mlx-lm's semantics (models/cache.py): step growth, offset, trim.
 #pragma once
 
+#include <mlx/mlx.h>
+
 #include <memory>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
-
-#include <mlx/mlx.h>
 
 namespace lmx {
 

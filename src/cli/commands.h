@@ -4,11 +4,18 @@
 #include <string>
 #include <vector>
 
+#include "cli/flags.h"
+#include "lmx/lmx.h"
+
 namespace lmx::cli {
 
 using Args = std::vector<std::string>;
 
 int cmd_generate(const Args& args);
+
+// The sampling flags shared by generate and bench, and the options they set.
+std::vector<FlagSpec> sampling_flags();
+GenerateOptions generate_options(const Flags& flags);
 int cmd_convert(const Args& args);
 int cmd_bench(const Args& args);
 

@@ -40,7 +40,7 @@ class WeightStore {
   std::optional<mx::array> take_optional(const std::string& key, const mx::Shape& shape);
   // mlx-lm's class_predicate: a config entry for the module wins, else quantized iff
   // `<path>.scales` exists, with the default bits and group size.
-  std::optional<QuantSpec> quant_for(const std::string& module_path) const;
+  std::optional<QuantSpec> quant_for(const std::string& module_path, int in_dims) const;
   void check_all_used() const;
   const std::string& source() const { return source_; }
 
@@ -65,7 +65,7 @@ class Model {
 struct ModelInfo {
   std::string model_type;
   json config;
-  std::vector<int> eos_token_ids;           // generation_config.json wins over config.json
+  std::vector<int> eos_token_ids;  // generation_config.json wins over config.json
   std::optional<int> max_position_embeddings;
 };
 

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Builds lmx with its tests, generates the reference data with the real Python reference
+# (mlx, mlx-lm, tokenizers, transformers from PyPI) and runs the suite with ctest.
+#   scripts/test.sh [ctest args...]
+# LMX_HEAVY=1 adds the slow suites (documented in docs/testing.md).
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$root"
+scripts/bootstrap.sh --test
+source scripts/common.sh
+build_lmx build -DLMX_BUILD_TESTS=ON
+data="$root/build/testdata"
+py="$root/.venv/bin/python"
+mkdir -p "$data" "$root/.cache"
+export LMX_TEST_DATA="$data"
+step() { echo "== $*"; }
+step "tiny random models and mlx-lm reference logits"
+"$py" scripts/gen_tiny_models.py "$data"
+step "tokenizer fixtures"
+"$py" scripts/gen_tokenizer_fixtures.py "$data/tokenizers" --cache "$root/.cache"
+step "conversion fixtures"
+"$py" scripts/gen_convert_fixtures.py "$data/convert" --cache "$root/.cache"
+step "default model (SmolLM2-135M-Instruct 4-bit) and mlx-lm golden outputs"
+model="$(scripts/prepare_default_model.sh "$root/build/lmx" "$data/smollm2-135m-instruct-4bit")"
+"$py" scripts/gen_golden.py "$model" "$data/golden"
+step "ctest"
+cd build
+ctest --output-on-failure -j1 "$@"

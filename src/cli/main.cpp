@@ -1,0 +1,52 @@
+// lmx command line: a thin layer over the library.
+#include <cstdio>
+#include <iostream>
+#include <string>
+
+#include "cli/commands.h"
+#include "core/error.h"
+#include "lmx/lmx.h"
+
+namespace {
+
+constexpr const char* kUsage = R"(usage: lmx <command> [flags]
+
+commands:
+  generate   generate text from a prompt
+  convert    convert a Hugging Face model or a GGUF file to MLX format
+  bench      measure prompt and decode speed and peak memory
+
+lmx <command> --help shows the flags of a command. lmx --version prints the version and backend.
+)";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace lmx::cli;
+  if (argc < 2) {
+    std::fputs(kUsage, stderr);
+    return 1;
+  }
+  const std::string cmd = argv[1];
+  const Args args(argv + 2, argv + argc);
+  try {
+    if (cmd == "-h" || cmd == "--help" || cmd == "help") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    }
+    if (cmd == "--version" || cmd == "version") {
+      std::printf("lmx %s (%s)\n", lmx::version().c_str(), lmx::backend_description().c_str());
+      return 0;
+    }
+    if (cmd == "generate") return cmd_generate(args);
+    if (cmd == "convert") return cmd_convert(args);
+    if (cmd == "bench") return cmd_bench(args);
+    std::fprintf(stderr, "lmx: unknown command '%s'\n\n%s", cmd.c_str(), kUsage);
+    return 1;
+  } catch (const lmx::Error& e) {
+    std::fprintf(stderr, "lmx: error: %s\n", e.what());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "lmx: error: %s\n", e.what());
+  }
+  return 1;
+}

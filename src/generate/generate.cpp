@@ -1,0 +1,104 @@
+#include "generate/generate.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace lmx {
+
+using Clock = std::chrono::steady_clock;
+
+namespace {
+double seconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+}  // namespace
+
+TokenGenerator::TokenGenerator(Model& model, Cache& cache, std::vector<int> prompt,
+                               GenerateOptions options)
+    : model_(model), cache_(cache), opt_(std::move(options)) {
+  check(!prompt.empty(), "generate", "the prompt is empty, expected at least one token");
+  check(opt_.prefill_step_size > 0, "generate", "prefill_step_size must be > 0");
+  validate(opt_.processors);
+  if (opt_.seed) mx::random::seed(*opt_.seed);
+  start_ = Clock::now();
+  stats_.prompt_tokens = static_cast<int>(prompt.size());
+
+  mx::array tokens(prompt.data(), {static_cast<int>(prompt.size())}, mx::int32);
+  int done = 0;
+  const int total = static_cast<int>(prompt.size());
+  while (total - done > 1) {
+    const int n = std::min(opt_.prefill_step_size, total - done - 1);
+    mx::array chunk = mx::slice(tokens, {done}, {done + n});
+    model_(mx::expand_dims(chunk, 0), cache_);
+    std::vector<mx::array> state;
+    for (auto& c : cache_)
+      for (auto& a : c->state()) state.push_back(a);
+    mx::eval(state);
+    if (opt_.processors.any()) history_ = history_ ? mx::concatenate({*history_, chunk}) : chunk;
+    done += n;
+    mx::clear_cache();
+  }
+  auto [y, lp] = step(mx::slice(tokens, {done}, {total}));
+  mx::async_eval({y, lp});
+  y_ = y;
+  logprobs_ = lp;
+}
+
+std::pair<mx::array, mx::array> TokenGenerator::step(const mx::array& input) {
+  mx::array logits = model_(mx::expand_dims(input, 0), cache_);
+  const int L = logits.shape(1), V = logits.shape(2);
+  logits =
+      mx::reshape(mx::slice(logits, {0, L - 1, 0}, {logits.shape(0), L, V}), {logits.shape(0), V});
+  if (opt_.processors.any()) {
+    history_ = history_ ? mx::concatenate({*history_, input}) : input;
+    logits = process_logits(*history_, logits, opt_.processors);
+  }
+  mx::array logprobs = mx::subtract(logits, mx::logsumexp(logits, -1, /*keepdims=*/true));
+  mx::array sampled = sample(logprobs, opt_.sampler);
+  return {sampled, mx::squeeze(logprobs, 0)};
+}
+
+std::optional<Step> TokenGenerator::next() {
+  if (n_ == opt_.max_tokens || !y_) return std::nullopt;
+  std::optional<mx::array> next_y, next_lp;
+  if (n_ + 1 != opt_.max_tokens) {
+    auto [ny, nlp] = step(*y_);
+    mx::async_eval({ny, nlp});
+    next_y = ny;
+    next_lp = nlp;
+  }
+  if (n_ == 0) {
+    mx::eval({*y_});
+    first_token_ = Clock::now();
+    stats_.prompt_seconds = seconds(start_, first_token_);
+  }
+  Step out{y_->item<int>(), *logprobs_};
+  ++n_;
+  stats_.generation_tokens = n_;
+  stats_.generation_seconds = seconds(first_token_, Clock::now());
+  stats_.peak_memory = mx::get_peak_memory();
+  if (n_ % 256 == 0) mx::clear_cache();
+  if (next_y) {
+    y_ = next_y;
+    logprobs_ = next_lp;
+  } else {
+    y_.reset();
+    logprobs_.reset();
+  }
+  return out;
+}
+
+GenerationStats generate(Model& model, const std::vector<int>& prompt,
+                         const GenerateOptions& options, const std::vector<int>& eos_ids,
+                         const std::function<bool(const Step&)>& on_token) {
+  Cache cache = model.make_cache();
+  TokenGenerator gen(model, cache, prompt, options);
+  while (auto s = gen.next()) {
+    if (std::find(eos_ids.begin(), eos_ids.end(), s->token) != eos_ids.end()) break;
+    if (!on_token(*s)) break;
+  }
+  return gen.stats();
+}
+
+}  // namespace lmx

@@ -1,0 +1,192 @@
+#include "models/model.h"
+
+#include <algorithm>
+#include <map>
+
+#include "core/error.h"
+
+namespace lmx {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::map<std::string, Architecture>& registry() {
+  static std::map<std::string, Architecture> r;
+  return r;
+}
+
+std::optional<QuantSpec> parse_spec(const json& j, const std::string& source,
+                                    const std::string& key) {
+  if (j.is_boolean()) {
+    check(!j.get<bool>(), source, "quantization entry '", key, "' must be false or an object");
+    return std::nullopt;
+  }
+  check(j.is_object() && j.contains("bits") && j.contains("group_size"), source,
+        "quantization entry '", key, "' needs bits and group_size, got ", j.dump());
+  QuantSpec s;
+  try {
+    s.bits = j["bits"].get<int>();
+    s.group_size = j["group_size"].get<int>();
+    if (j.contains("mode") && !j["mode"].is_null()) s.mode = j["mode"].get<std::string>();
+  } catch (const json::exception&) {
+    fail(source, "quantization entry '", key, "' has a field of the wrong type: ", j.dump());
+  }
+  return s;
+}
+
+}  // namespace
+
+QuantConfig QuantConfig::from_config(const json& config, const std::string& source) {
+  QuantConfig q;
+  if (!config.contains("quantization") || config["quantization"].is_null()) return q;
+  const json& block = config["quantization"];
+  check(block.is_object(), source, "'quantization' must be an object");
+  q.defaults = parse_spec(block, source, "quantization");
+  for (auto it = block.begin(); it != block.end(); ++it) {
+    if (it.key() == "bits" || it.key() == "group_size" || it.key() == "mode") continue;
+    if (!it->is_object() && !it->is_boolean()) continue;
+    q.modules[it.key()] = parse_spec(*it, source, it.key());
+  }
+  return q;
+}
+
+WeightStore::WeightStore(Weights weights, QuantConfig quant, std::string source)
+    : weights_(std::move(weights)), quant_(std::move(quant)), source_(std::move(source)) {}
+
+mx::array WeightStore::take(const std::string& key, const mx::Shape& shape) {
+  auto it = weights_.find(key);
+  check(it != weights_.end(), source_, "missing tensor '", key, "', expected shape ",
+        shape_str(shape));
+  check(it->second.shape() == shape, source_, "tensor '", key, "' has shape ",
+        shape_str(it->second.shape()), ", expected ", shape_str(shape));
+  used_.insert(key);
+  return it->second;
+}
+
+std::optional<mx::array> WeightStore::take_optional(const std::string& key,
+                                                    const mx::Shape& shape) {
+  if (!has(key)) return std::nullopt;
+  return take(key, shape);
+}
+
+std::optional<QuantSpec> WeightStore::quant_for(const std::string& path, int in_dims) const {
+  auto it = quant_.modules.find(path);
+  if (it != quant_.modules.end()) return it->second;
+  auto scales = weights_.find(path + ".scales");
+  if (scales == weights_.end()) return std::nullopt;
+  check(quant_.defaults.has_value(), source_, "tensor '", path,
+        ".scales' exists but config.json has no 'quantization' block");
+  // mlx-lm infer_quant_config: bits and group size follow from the packed shapes.
+  QuantSpec s = *quant_.defaults;
+  auto w = weights_.find(path + ".weight");
+  check(w != weights_.end(), source_, "missing tensor '", path, ".weight'");
+  const int s_cols = scales->second.shape(-1);
+  const int w_cols = w->second.shape(-1);
+  check(s_cols > 0 && in_dims % s_cols == 0, source_, "tensor '", path, ".scales' has shape ",
+        shape_str(scales->second.shape()), ", which does not divide the input size ", in_dims);
+  if (s.mode == "affine") {
+    s.group_size = in_dims / s_cols;
+    s.bits = (w_cols * 32) / in_dims;
+  }
+  return s;
+}
+
+void WeightStore::check_all_used() const {
+  std::vector<std::string> extra;
+  for (const auto& [k, v] : weights_)
+    if (!used_.count(k)) extra.push_back(k);
+  if (extra.empty()) return;
+  std::sort(extra.begin(), extra.end());
+  std::string list;
+  for (size_t i = 0; i < extra.size() && i < 5; ++i) list += (i ? ", " : "") + extra[i];
+  if (extra.size() > 5) list += ", ... (" + std::to_string(extra.size()) + " in all)";
+  fail(source_, "unexpected tensors not used by the model: ", list);
+}
+
+Cache Model::make_cache() const {
+  Cache c;
+  for (int i = 0; i < num_layers(); ++i) c.push_back(std::make_unique<KVCache>());
+  return c;
+}
+
+void register_architecture(const std::string& model_type, Architecture arch) {
+  registry()[model_type] = std::move(arch);
+}
+
+const Architecture* find_architecture(const std::string& model_type) {
+  auto it = registry().find(model_type);
+  return it == registry().end() ? nullptr : &it->second;
+}
+
+std::vector<std::string> registered_architectures() {
+  std::vector<std::string> names;
+  for (const auto& [k, v] : registry()) names.push_back(k);
+  return names;
+}
+
+namespace {
+
+std::vector<int> read_eos(const json& v) {
+  std::vector<int> ids;
+  if (v.is_number_integer()) ids.push_back(v.get<int>());
+  if (v.is_array())
+    for (const auto& x : v)
+      if (x.is_number_integer()) ids.push_back(x.get<int>());
+  return ids;
+}
+
+}  // namespace
+
+LoadedWeights load_model(const fs::path& dir) {
+  check(fs::is_directory(dir), dir.string(), "model directory does not exist");
+  const fs::path config_path = dir / "config.json";
+  check(fs::exists(config_path), config_path.string(), "config.json not found");
+  json config = read_json_file(config_path);
+  const std::string source = config_path.string();
+  check(config.is_object(), source, "config.json is not a JSON object");
+  check(config.contains("model_type") && config["model_type"].is_string(), source,
+        "missing required key 'model_type'");
+
+  ModelInfo info;
+  info.model_type = config["model_type"].get<std::string>();
+  // mlx-lm load_config: generation_config.json's eos_token_id overrides config.json's.
+  if (config.contains("eos_token_id")) info.eos_token_ids = read_eos(config["eos_token_id"]);
+  const fs::path gen_path = dir / "generation_config.json";
+  if (fs::exists(gen_path)) {
+    try {
+      json gen = read_json_file(gen_path);
+      if (gen.is_object() && gen.contains("eos_token_id")) {
+        auto ids = read_eos(gen["eos_token_id"]);
+        if (!ids.empty()) info.eos_token_ids = ids;
+      }
+    } catch (const Error&) {
+      // mlx-lm ignores a garbled generation_config.json.
+    }
+  }
+  if (config.contains("max_position_embeddings") &&
+      config["max_position_embeddings"].is_number_integer())
+    info.max_position_embeddings = config["max_position_embeddings"].get<int>();
+
+  const Architecture* arch = find_architecture(info.model_type);
+  if (!arch) {
+    std::string known;
+    for (const auto& n : registered_architectures()) known += (known.empty() ? "" : ", ") + n;
+    fail(source, "unsupported model_type '", info.model_type, "', expected one of: ", known);
+  }
+  Weights weights = load_model_weights(dir);
+  if (arch->sanitize) arch->sanitize(config, weights);
+  WeightStore store(std::move(weights), QuantConfig::from_config(config, source), dir.string());
+  LoadedWeights out;
+  try {
+    out.model = arch->build(config, store);
+  } catch (const json::exception& e) {
+    fail(source, "invalid config: ", e.what());
+  }
+  store.check_all_used();
+  info.config = std::move(config);
+  out.info = std::move(info);
+  return out;
+}
+
+}  // namespace lmx

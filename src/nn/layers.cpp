@@ -1,0 +1,251 @@
+#include "nn/layers.h"
+
+#include <cmath>
+#include <numbers>
+
+#include "core/error.h"
+
+namespace lmx::nn {
+
+namespace {
+
+mx::Shape packed_shape(int out, int in, const QuantSpec& q) { return {out, in * q.bits / 32}; }
+
+void check_quant(const std::string& path, int in, const QuantSpec& q, const std::string& source) {
+  check(q.bits >= 1 && q.bits <= 8 && q.group_size > 0, source, "module '", path,
+        "' has unsupported quantization bits=", q.bits, " group_size=", q.group_size);
+  check(in % q.group_size == 0 && (in * q.bits) % 32 == 0, source, "module '", path,
+        "' input size ", in, " is not divisible by group_size ", q.group_size);
+}
+
+}  // namespace
+
+Linear Linear::load(WeightStore& w, const std::string& path, int in, int out, bool has_bias) {
+  Linear l;
+  l.quant = w.quant_for(path, in);
+  if (l.quant) {
+    check_quant(path, in, *l.quant, w.source());
+    l.weight = w.take(path + ".weight", packed_shape(out, in, *l.quant));
+    l.scales = w.take(path + ".scales", {out, in / l.quant->group_size});
+    l.biases = w.take_optional(path + ".biases", {out, in / l.quant->group_size});
+    check(l.biases || l.quant->mode != "affine", w.source(), "missing tensor '", path,
+          ".biases' of an affine-quantized module");
+  } else {
+    l.weight = w.take(path + ".weight", {out, in});
+  }
+  if (has_bias) l.bias = w.take(path + ".bias", {out});
+  return l;
+}
+
+mx::array Linear::operator()(const mx::array& x) const {
+  if (quant) {
+    mx::array y = mx::quantized_matmul(x, weight, *scales, biases, true, quant->group_size,
+                                       quant->bits, quant->mode);
+    return bias ? mx::add(y, *bias) : y;
+  }
+  if (bias) return mx::addmm(*bias, x, mx::transpose(weight));
+  return mx::matmul(x, mx::transpose(weight));
+}
+
+Embedding Embedding::load(WeightStore& w, const std::string& path, int vocab, int dims) {
+  Embedding e;
+  e.quant = w.quant_for(path, dims);
+  if (e.quant) {
+    check_quant(path, dims, *e.quant, w.source());
+    e.weight = w.take(path + ".weight", packed_shape(vocab, dims, *e.quant));
+    e.scales = w.take(path + ".scales", {vocab, dims / e.quant->group_size});
+    e.biases = w.take_optional(path + ".biases", {vocab, dims / e.quant->group_size});
+  } else {
+    e.weight = w.take(path + ".weight", {vocab, dims});
+  }
+  return e;
+}
+
+mx::array Embedding::operator()(const mx::array& ids) const {
+  if (quant) {
+    std::optional<mx::array> b;
+    if (biases) b = mx::take(*biases, ids, 0);
+    return mx::dequantize(mx::take(weight, ids, 0), mx::take(*scales, ids, 0), b, quant->group_size,
+                          quant->bits, quant->mode);
+  }
+  return mx::take(weight, ids, 0);
+}
+
+mx::array Embedding::as_linear(const mx::array& x) const {
+  if (quant) {
+    return mx::quantized_matmul(x, weight, *scales, biases, true, quant->group_size, quant->bits,
+                                quant->mode);
+  }
+  return mx::matmul(x, mx::transpose(weight));
+}
+
+RMSNorm RMSNorm::load(WeightStore& w, const std::string& path, int dims, float eps) {
+  return {w.take(path + ".weight", {dims}), eps};
+}
+
+mx::array RMSNorm::operator()(const mx::array& x) const {
+  return mx::fast::rms_norm(x, weight, eps);
+}
+
+mx::array RoPE::operator()(const mx::array& x, int offset) const {
+  mx::array in = x;
+  if (mscale != 1.0f) {
+    // x.at[..., :dims].multiply(mscale): the constant is a weak scalar (rounded to x's dtype).
+    const int last = x.shape(-1);
+    mx::array s(mscale, x.dtype());
+    if (dims == last) {
+      in = mx::multiply(x, s);
+    } else {
+      mx::Shape start(x.ndim(), 0), stop = x.shape();
+      stop.back() = dims;
+      in = mx::slice_update(x, mx::multiply(mx::slice(x, start, stop), s), start, stop);
+    }
+  }
+  if (dynamic) {
+    const int seq_len = std::max(x.shape(-2) + offset, max_position_embeddings);
+    const double b =
+        static_cast<double>(*base) *
+        std::pow(static_cast<double>(dynamic_factor) * seq_len / max_position_embeddings -
+                     (static_cast<double>(dynamic_factor) - 1),
+                 static_cast<double>(dims) / (dims - 2));
+    return mx::fast::rope(in, dims, traditional, static_cast<float>(b), 1.0f, offset);
+  }
+  return mx::fast::rope(in, dims, traditional, base, scale, offset, freqs);
+}
+
+namespace {
+
+// A Python float/int scalar meeting a float32 array: rounded to float32.
+mx::array f32(double v) { return mx::array(static_cast<float>(v), mx::float32); }
+
+double num(const json& scaling, const std::string& key, double fallback) {
+  if (!scaling.contains(key) || scaling[key].is_null()) return fallback;
+  return scaling[key].get<double>();
+}
+
+mx::array llama3_freqs(int dims, double base, const json& sc) {
+  const double factor = sc.at("factor").get<double>();
+  const double low = num(sc, "low_freq_factor", 1.0);
+  const double high = num(sc, "high_freq_factor", 4.0);
+  const double old_len = num(sc, "original_max_position_embeddings", 8192);
+  const double low_wl = old_len / low;
+  const double high_wl = old_len / high;
+  // base ** (arange(0, dims, 2) / dims)
+  mx::array exps = mx::divide(mx::arange(0, dims, 2), mx::array(dims));
+  mx::array freqs = mx::power(f32(base), exps);
+  mx::array wavelens = mx::multiply(f32(2 * std::numbers::pi), freqs);
+  freqs = mx::where(mx::greater(wavelens, f32(low_wl)), mx::multiply(freqs, f32(factor)), freqs);
+  mx::array medium =
+      mx::logical_and(mx::greater(wavelens, f32(high_wl)), mx::less(wavelens, f32(low_wl)));
+  mx::array smooth =
+      mx::divide(mx::subtract(mx::divide(f32(old_len), wavelens), f32(low)), f32(high - low));
+  mx::array smooth_freqs =
+      mx::divide(freqs, mx::add(mx::divide(mx::subtract(f32(1), smooth), f32(factor)), smooth));
+  return mx::where(medium, smooth_freqs, freqs);
+}
+
+struct Yarn {
+  mx::array freqs;
+  float mscale;
+};
+
+Yarn yarn_freqs(int dims, double base, const json& sc) {
+  const double factor = sc.at("factor").get<double>();
+  const double orig = num(sc, "original_max_position_embeddings", 4096);
+  const double beta_fast = num(sc, "beta_fast", 32);
+  const double beta_slow = num(sc, "beta_slow", 1);
+  const double ms = num(sc, "mscale", 1);
+  const double ms_all = num(sc, "mscale_all_dim", 0);
+  auto correction_dim = [&](double rotations) {
+    return (dims * std::log(orig / (rotations * 2 * std::numbers::pi))) / (2 * std::log(base));
+  };
+  const double lo = std::max(std::floor(correction_dim(beta_fast)), 0.0);
+  double hi = std::min(std::ceil(correction_dim(beta_slow)), static_cast<double>(dims - 1));
+  auto get_mscale = [](double scale, double m) {
+    return scale <= 1 ? 1.0 : 0.1 * m * std::log(scale) + 1.0;
+  };
+  const double mscale = get_mscale(factor, ms) / get_mscale(factor, ms_all);
+  mx::array extra =
+      mx::power(f32(base), mx::divide(mx::arange(0, dims, 2, mx::float32), mx::array(dims)));
+  mx::array inter = mx::multiply(f32(factor), extra);
+  if (lo == hi) hi += 0.001;
+  mx::array ramp =
+      mx::clip(mx::divide(mx::subtract(mx::arange(dims / 2, mx::float32), f32(lo)), f32(hi - lo)),
+               mx::array(0), mx::array(1));
+  mx::array mask = mx::subtract(f32(1.0), ramp);
+  mx::array freqs = mx::divide(
+      mx::multiply(inter, extra),
+      mx::add(mx::multiply(inter, mask), mx::multiply(extra, mx::subtract(f32(1), mask))));
+  return {freqs, static_cast<float>(mscale)};
+}
+
+}  // namespace
+
+RoPE make_rope(int dims, float base, bool traditional, const json& scaling,
+               std::optional<int> max_position_embeddings, const std::string& source) {
+  RoPE r;
+  r.dims = dims;
+  r.traditional = traditional;
+  r.base = base;
+  if (scaling.is_null()) return r;
+  check(scaling.is_object(), source, "rope_scaling must be an object, got ", scaling.dump());
+  std::string type = "default";
+  if (scaling.contains("type") && scaling["type"].is_string()) {
+    type = scaling["type"].get<std::string>();
+  } else if (scaling.contains("rope_type") && scaling["rope_type"].is_string()) {
+    type = scaling["rope_type"].get<std::string>();
+  }
+  auto need = [&](const char* key) {
+    check(scaling.contains(key), source, "rope_scaling of type '", type, "' needs '", key, "'");
+  };
+  if (type == "default") return r;
+  if (type == "linear") {
+    need("factor");
+    r.scale = static_cast<float>(1.0 / scaling["factor"].get<double>());
+    return r;
+  }
+  if (type == "dynamic") {
+    need("factor");
+    check(max_position_embeddings.has_value(), source,
+          "dynamic rope scaling needs max_position_embeddings");
+    r.dynamic = true;
+    r.dynamic_factor = scaling["factor"].get<float>();
+    r.max_position_embeddings = *max_position_embeddings;
+    return r;
+  }
+  if (type == "llama3") {
+    need("factor");
+    r.base.reset();
+    r.freqs = llama3_freqs(dims, base, scaling);
+    return r;
+  }
+  if (type == "yarn" || type == "deepseek_yarn" || type == "telechat3-yarn") {
+    need("factor");
+    Yarn y = yarn_freqs(dims, base, scaling);
+    r.base.reset();
+    r.freqs = y.freqs;
+    r.mscale = y.mscale;
+    return r;
+  }
+  fail(source, "unsupported rope_scaling type '", type,
+       "', expected one of default, linear, dynamic, llama3, yarn");
+}
+
+mx::array swiglu(const mx::array& gate, const mx::array& x) {
+  static auto fn = mx::compile(
+      [](const std::vector<mx::array>& in) {
+        const mx::array& g = in[0];
+        return std::vector<mx::array>{mx::multiply(mx::multiply(g, mx::sigmoid(g)), in[1])};
+      },
+      /*shapeless=*/true);
+  return fn({gate, x})[0];
+}
+
+mx::array attention(const mx::array& q, const mx::array& k, const mx::array& v, float scale,
+                    const Mask& mask) {
+  if (mask.array)
+    return mx::fast::scaled_dot_product_attention(q, k, v, scale, "array", mask.array);
+  return mx::fast::scaled_dot_product_attention(q, k, v, scale, mask.mode);
+}
+
+}  // namespace lmx::nn

@@ -1,0 +1,72 @@
+// The layers mlx-lm's dense decoders use, with mlx.nn's op order (bit-exact on the same backend).
+#pragma once
+
+#include <mlx/mlx.h>
+
+#include <optional>
+#include <string>
+
+#include "core/json.h"
+#include "models/model.h"
+
+namespace lmx::nn {
+
+namespace mx = mlx::core;
+
+// nn.Linear or nn.QuantizedLinear. `bias` is the additive layer bias, applied after the matmul;
+// `biases` are the affine zero points of a quantized weight.
+struct Linear {
+  mx::array weight{0.0f};  // (out, in) or packed (out, in * bits / 32)
+  std::optional<mx::array> scales, biases, bias;
+  std::optional<QuantSpec> quant;
+
+  static Linear load(WeightStore& w, const std::string& path, int in, int out, bool has_bias);
+  mx::array operator()(const mx::array& x) const;
+};
+
+// nn.Embedding or nn.QuantizedEmbedding; as_linear is the tied LM head.
+struct Embedding {
+  mx::array weight{0.0f};  // (vocab, dims) or packed
+  std::optional<mx::array> scales, biases;
+  std::optional<QuantSpec> quant;
+
+  static Embedding load(WeightStore& w, const std::string& path, int vocab, int dims);
+  mx::array operator()(const mx::array& ids) const;
+  mx::array as_linear(const mx::array& x) const;
+};
+
+struct RMSNorm {
+  mx::array weight{0.0f};
+  float eps = 1e-5f;
+
+  static RMSNorm load(WeightStore& w, const std::string& path, int dims, float eps);
+  mx::array operator()(const mx::array& x) const;
+};
+
+// mlx-lm's initialize_rope: default, linear, dynamic, llama3, yarn.
+struct RoPE {
+  int dims = 0;
+  bool traditional = false;
+  std::optional<float> base;
+  float scale = 1.0f;
+  std::optional<mx::array> freqs;
+  float mscale = 1.0f;  // yarn: inputs scaled before rotation
+  // dynamic NTK
+  bool dynamic = false;
+  float dynamic_factor = 1.0f;
+  int max_position_embeddings = 0;
+
+  mx::array operator()(const mx::array& x, int offset) const;
+};
+
+RoPE make_rope(int dims, float base, bool traditional, const json& scaling,
+               std::optional<int> max_position_embeddings, const std::string& source);
+
+// mlx-lm activations.swiglu: silu(gate) * x, compiled (shapeless) as mlx-lm does.
+mx::array swiglu(const mx::array& gate, const mx::array& x);
+
+// mlx-lm base.scaled_dot_product_attention for the unquantized cache.
+mx::array attention(const mx::array& q, const mx::array& k, const mx::array& v, float scale,
+                    const Mask& mask);
+
+}  // namespace lmx::nn
