@@ -60,10 +60,9 @@ struct GenerationStats {
   double generation_seconds = 0;  // from the first token to the last
   size_t peak_memory = 0;         // bytes, MLX's peak
   double prompt_tps() const { return prompt_seconds > 0 ? prompt_tokens / prompt_seconds : 0; }
+  // mlx-lm's convention: tokens over the time since the first token was ready.
   double generation_tps() const {
-    return generation_seconds > 0 && generation_tokens > 1
-               ? (generation_tokens - 1) / generation_seconds
-               : 0;
+    return generation_seconds > 0 ? generation_tokens / generation_seconds : 0;
   }
 };
 

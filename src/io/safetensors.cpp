@@ -47,9 +47,9 @@ struct DtypeName {
 
 // F8 formats have no MLX dtype; MLX reads them as raw bytes.
 constexpr DtypeName kDtypes[] = {
-    {"F32", mx::float32}, {"F16", mx::float16}, {"BF16", mx::bfloat16}, {"F64", mx::float64},
-    {"I8", mx::int8},     {"I16", mx::int16},   {"I32", mx::int32},     {"I64", mx::int64},
-    {"U8", mx::uint8},    {"U16", mx::uint16},  {"U32", mx::uint32},    {"U64", mx::uint64},
+    {"F32", mx::float32}, {"F16", mx::float16},   {"BF16", mx::bfloat16}, {"F64", mx::float64},
+    {"I8", mx::int8},     {"I16", mx::int16},     {"I32", mx::int32},     {"I64", mx::int64},
+    {"U8", mx::uint8},    {"U16", mx::uint16},    {"U32", mx::uint32},    {"U64", mx::uint64},
     {"BOOL", mx::bool_},  {"C64", mx::complex64}, {"F8_E4M3", mx::uint8}, {"F8_E8M0", mx::uint8},
 };
 
@@ -76,8 +76,8 @@ SafetensorsHeader parse_safetensors_header(const MappedFile& file) {
   uint64_t n = 0;
   std::memcpy(&n, file.data(), 8);
   check(n > 0 && n < kMaxHeader, where, "header length ", n, " is invalid");
-  check(8 + n <= file.size(), where, "header length ", n, " exceeds the file size ",
-        file.size(), " (truncated file?)");
+  check(8 + n <= file.size(), where, "header length ", n, " exceeds the file size ", file.size(),
+        " (truncated file?)");
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(file.data() + 8, file.data() + 8 + n);
@@ -90,6 +90,7 @@ SafetensorsHeader parse_safetensors_header(const MappedFile& file) {
   const size_t data_size = file.size() - data_start;
   for (auto it = j.begin(); it != j.end(); ++it) {
     if (it.key() == "__metadata__") {
+      if (it->is_null()) continue;  // MLX writes null when there is no metadata
       check(it->is_object(), where, "__metadata__ is not an object");
       for (auto m = it->begin(); m != it->end(); ++m) {
         check(m->is_string(), where, "__metadata__ value '", m.key(), "' is not a string");
@@ -99,8 +100,7 @@ SafetensorsHeader parse_safetensors_header(const MappedFile& file) {
     }
     const std::string tw = where + ": tensor '" + it.key() + "'";
     const auto& t = *it;
-    check(t.is_object() && t.contains("dtype") && t.contains("shape") &&
-              t.contains("data_offsets"),
+    check(t.is_object() && t.contains("dtype") && t.contains("shape") && t.contains("data_offsets"),
           tw, "needs dtype, shape and data_offsets");
     TensorInfo info;
     info.name = it.key();
@@ -113,8 +113,8 @@ SafetensorsHeader parse_safetensors_header(const MappedFile& file) {
     check(t["shape"].is_array(), tw, "shape is not an array");
     size_t numel = 1;
     for (const auto& s : t["shape"]) {
-      check(s.is_number_unsigned() && s.get<uint64_t>() < (1ull << 31), tw,
-            "invalid dimension ", s.dump());
+      check(s.is_number_unsigned() && s.get<uint64_t>() < (1ull << 31), tw, "invalid dimension ",
+            s.dump());
       info.shape.push_back(s.get<int>());
       numel *= s.get<size_t>();
     }
@@ -126,8 +126,8 @@ SafetensorsHeader parse_safetensors_header(const MappedFile& file) {
     check(b <= e && e <= data_size, tw, "data_offsets [", b, ", ", e,
           "] fall outside the data section of ", data_size, " bytes (truncated file?)");
     const size_t expect = numel * mx::size_of(info.dtype);
-    check(e - b == expect, tw, "byte size ", e - b, " does not match shape ",
-          shape_str(info.shape), " of ", ds, ", expected ", expect);
+    check(e - b == expect, tw, "byte size ", e - b, " does not match shape ", shape_str(info.shape),
+          " of ", ds, ", expected ", expect);
     info.offset = data_start + b;
     info.nbytes = e - b;
     h.tensors.push_back(std::move(info));
