@@ -1,0 +1,350 @@
+#!/usr/bin/env python3
+"""Tiny random MLX models and mlx-lm reference logits for lmx's L1 parity tests.
+
+    gen_tiny_models.py OUT_DIR
+
+For every row of ROWS below this builds the mlx-lm model with random weights, casts and
+(optionally) quantizes it the way `mlx_lm.convert` does, saves it as an MLX model directory,
+loads that directory back with `mlx_lm.utils.load_model` and replays `mlx_lm.generate.generate_step`
+(greedy): the prompt except its last token in chunks of `prefill_step`, evaluating the cache after
+each chunk, then the last prompt token alone, then DECODE_STEPS single-token steps fed with the
+previous argmax. Every model call's input ids and full logits are recorded.
+
+Output, per row, in OUT_DIR/parity/<row>/:
+  config.json, model.safetensors (+ index)   the model, as mlx-lm writes it
+  reference.safetensors                      call_NNN.tokens (1, L) int32, call_NNN.logits (1, L, V)
+  reference.json                             the calls in order, the prompt and the greedy tokens
+and OUT_DIR/parity/index.json listing the rows. Everything is deterministic (fixed seeds).
+"""
+
+import argparse
+import contextlib
+import importlib
+import io
+import json
+import shutil
+import sys
+import time
+import zlib
+from pathlib import Path
+
+import mlx.core as mx
+import mlx.nn as nn
+from mlx.utils import tree_flatten, tree_unflatten
+import mlx_lm
+from mlx_lm.convert import mixed_quant_predicate_builder
+from mlx_lm.models.cache import make_prompt_cache
+from mlx_lm.utils import load_model, quantize_model, save_config, save_model
+
+DECODE_STEPS = 16
+
+DTYPES = {"bfloat16": mx.bfloat16, "float16": mx.float16, "float32": mx.float32}
+
+# Base configurations (tiny; every Linear input dim is a multiple of 64 so all group sizes apply).
+LLAMA = dict(
+    model_type="llama",
+    hidden_size=64,
+    num_hidden_layers=2,
+    intermediate_size=128,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    rms_norm_eps=1e-5,
+    vocab_size=256,
+    max_position_embeddings=128,
+    rope_theta=10000.0,
+    tie_word_embeddings=True,
+)
+# hidden 128, 8 heads of 16: room for GQA ratios 1..8 and group size 128.
+LLAMA_WIDE = dict(LLAMA, hidden_size=128, intermediate_size=256, num_attention_heads=8)
+QWEN2 = dict(
+    model_type="qwen2",
+    hidden_size=64,
+    num_hidden_layers=3,
+    intermediate_size=192,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    rms_norm_eps=1e-6,
+    vocab_size=300,
+    max_position_embeddings=256,
+    rope_theta=1000000.0,
+    tie_word_embeddings=True,
+)
+# head_dim 32 != hidden/heads = 16.
+QWEN3 = dict(
+    model_type="qwen3",
+    hidden_size=64,
+    num_hidden_layers=2,
+    intermediate_size=128,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=32,
+    rms_norm_eps=1e-6,
+    vocab_size=384,
+    max_position_embeddings=256,
+    rope_theta=1000000.0,
+    tie_word_embeddings=True,
+)
+
+
+def row(name, config, prompt_len, prefill_step, dtype="bfloat16", quant=None, **overrides):
+    """One model + run. quant: None, or dict(bits, group_size[, recipe])."""
+    return dict(
+        name=name,
+        config=dict(config, **overrides),
+        dtype=dtype,
+        quant=quant,
+        prompt_len=prompt_len,
+        prefill_step=prefill_step,
+    )
+
+
+def q(bits, group_size=64, recipe=None):
+    return dict(bits=bits, group_size=group_size, recipe=recipe)
+
+
+ROWS = [
+    # --- llama: structure ---
+    row("llama_tied", LLAMA, 21, 8),
+    row("llama_untied", LLAMA, 13, 2048, tie_word_embeddings=False),
+    row("llama_gqa1", LLAMA_WIDE, 17, 8, num_key_value_heads=8),
+    row("llama_gqa2", LLAMA_WIDE, 9, 2048, num_key_value_heads=4),
+    row("llama_gqa4", LLAMA_WIDE, 30, 8, num_key_value_heads=2),
+    row("llama_gqa8", LLAMA_WIDE, 11, 2048, num_key_value_heads=1),
+    row("llama_bias", LLAMA, 19, 8, attention_bias=True, mlp_bias=True, tie_word_embeddings=False),
+    row("llama_head_dim", LLAMA, 12, 2048, head_dim=32),
+    row("llama_rope_traditional", LLAMA, 15, 8, rope_traditional=True),
+    # --- llama: RoPE scaling (original context 64 / max 32 so the scaling changes the result) ---
+    row(
+        "llama_rope_llama3",
+        LLAMA,
+        40,
+        8,
+        rope_scaling={
+            "rope_type": "llama3",
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 64,
+        },
+    ),
+    row("llama_rope_linear", LLAMA, 25, 2048, rope_scaling={"type": "linear", "factor": 4.0}),
+    row(
+        "llama_rope_yarn",
+        LLAMA,
+        33,
+        8,
+        rope_scaling={
+            "rope_type": "yarn",
+            "factor": 4.0,
+            "original_max_position_embeddings": 64,
+            "beta_fast": 32.0,
+            "beta_slow": 1.0,
+        },
+    ),
+    row(
+        "llama_rope_dynamic",
+        LLAMA,
+        29,
+        8,
+        max_position_embeddings=32,
+        rope_scaling={"type": "dynamic", "factor": 2.0},
+    ),
+    # --- qwen2 / qwen3: structure ---
+    row("qwen2_tied", QWEN2, 23, 8),
+    row("qwen2_untied", QWEN2, 7, 2048, tie_word_embeddings=False),
+    row("qwen3_tied", QWEN3, 27, 8),
+    row("qwen3_untied", QWEN3, 10, 2048, tie_word_embeddings=False),
+    # --- dtypes ---
+    row("llama_f16", LLAMA, 18, 8, dtype="float16", tie_word_embeddings=False),
+    row("qwen3_f32", QWEN3, 14, 8, dtype="float32"),
+    row("llama_f16_q4_g64", LLAMA, 16, 2048, dtype="float16", quant=q(4)),
+    # --- quantization: every arch at 4/g64, 4/g32, 8/g64 ---
+    row("llama_q4_g64", LLAMA, 20, 8, quant=q(4)),
+    row("llama_q4_g32", LLAMA, 9, 2048, quant=q(4, 32)),
+    row("llama_q8_g64", LLAMA, 31, 8, quant=q(8)),
+    row("qwen2_q4_g64", QWEN2, 17, 8, quant=q(4), tie_word_embeddings=False),
+    row("qwen2_q4_g32", QWEN2, 22, 2048, quant=q(4, 32)),
+    row("qwen2_q8_g64", QWEN2, 6, 2048, quant=q(8), tie_word_embeddings=False),
+    row("qwen3_q4_g64", QWEN3, 35, 8, quant=q(4)),
+    row("qwen3_q4_g32", QWEN3, 8, 2048, quant=q(4, 32), tie_word_embeddings=False),
+    row("qwen3_q8_g64", QWEN3, 17, 8, quant=q(8)),
+    # --- quantization: other bit widths and group size 128 (llama) ---
+    row("llama_q2_g64", LLAMA, 12, 8, quant=q(2)),
+    row("llama_q3_g64", LLAMA, 24, 8, quant=q(3), tie_word_embeddings=False),
+    row("llama_q5_g64", LLAMA, 5, 2048, quant=q(5)),
+    row("llama_q6_g64", LLAMA, 26, 8, quant=q(6), tie_word_embeddings=False),
+    row("llama_q4_g128", LLAMA_WIDE, 19, 8, quant=q(4, 128), num_key_value_heads=2),
+    # --- quantization: per-module overrides, as mlx-lm writes them into config["quantization"] ---
+    # embed_tokens and lm_head at 8 bits, the rest at the 4-bit default.
+    row("llama_q4_embed_head_q8", LLAMA, 17, 8, quant=q(4, recipe="embed_head_8"),
+        tie_word_embeddings=False),
+    # tied: the 8-bit embedding is also the head (QuantizedEmbedding.as_linear).
+    row("qwen3_q4_embed_q8", QWEN3, 13, 8, quant=q(4, recipe="embed_head_8")),
+    # lm_head left in float (no entry in the config, no .scales): quantized iff .scales exists.
+    row("llama_q4_float_head", LLAMA, 15, 2048, quant=q(4, recipe="float_head"),
+        tie_word_embeddings=False),
+    # mlx-lm's mixed recipes (mlx_lm.convert --quant-predicate).
+    row("qwen2_mixed_3_6", QWEN2, 21, 8, quant=q(3, recipe="mixed_3_6"),
+        tie_word_embeddings=False),
+    row("llama_mixed_2_6", LLAMA_WIDE, 14, 2048, quant=q(2, recipe="mixed_2_6"),
+        num_hidden_layers=3, tie_word_embeddings=False),
+]
+
+
+def seed_of(name):
+    return zlib.crc32(name.encode())
+
+
+def init_weights(model):
+    """Re-draws every parameter so activations stay O(1) and attention is not uniform: Linear
+    weights N(0, 1/in), embeddings N(0, 0.3^2), norm weights 1 + N(0, 0.1^2), biases N(0, 0.1^2)."""
+    params = []
+    for name, p in sorted(tree_flatten(model.parameters())):
+        noise = mx.random.normal(p.shape, dtype=mx.float32)
+        if name.endswith(".bias"):
+            value = 0.1 * noise
+        elif "norm" in name.rsplit(".", 2)[-2]:
+            value = 1.0 + 0.1 * noise
+        elif "embed_tokens" in name:
+            value = 0.3 * noise
+        else:
+            value = noise * (p.shape[-1] ** -0.5)
+        params.append((name, value))
+    model.update(tree_unflatten(params))
+
+
+def quant_predicate(recipe, model, group_size):
+    """The `quant_predicate` mlx-lm's quantize_model gets for a row (None = uniform)."""
+    if recipe is None:
+        return None
+    if recipe.startswith("mixed_"):
+        return mixed_quant_predicate_builder(recipe, model, group_size)
+    if recipe == "embed_head_8":
+        high = {"group_size": group_size, "bits": 8, "mode": "affine"}
+        return lambda path, _: high if path.endswith(("embed_tokens", "lm_head")) else True
+    if recipe == "float_head":
+        return lambda path, _: not path.endswith("lm_head")
+    raise ValueError(f"unknown recipe {recipe}")
+
+
+def write_model(r, out):
+    """Builds, casts, quantizes and saves one row's model as mlx-lm's convert would."""
+    config = dict(r["config"], torch_dtype=r["dtype"])
+    arch = importlib.import_module(f"mlx_lm.models.{config['model_type']}")
+    model = arch.Model(arch.ModelArgs.from_dict(config))
+    init_weights(model)
+    model.set_dtype(DTYPES[r["dtype"]])
+    if (qt := r["quant"]) is not None:
+        pred = quant_predicate(qt["recipe"], model, qt["group_size"])
+        with contextlib.redirect_stdout(io.StringIO()):  # quantize_model prints bits per weight
+            model, config = quantize_model(
+                model, config, qt["group_size"], qt["bits"], quant_predicate=pred
+            )
+    mx.eval(model.parameters())
+    save_model(out, model)
+    save_config(config, out / "config.json")
+
+
+def greedy(logits):
+    """generate_step's sampling: argmax of the last position's log-probabilities."""
+    last = logits[:, -1, :]
+    logprobs = last - mx.logsumexp(last, keepdims=True)
+    return mx.argmax(logprobs, axis=-1)
+
+
+def record_run(r, out):
+    """Loads the saved directory with mlx-lm and replays generate_step, recording every call."""
+    model, _ = load_model(out)
+    key = mx.random.key(seed_of(r["name"]) + 1)
+    prompt = mx.random.randint(0, r["config"]["vocab_size"], (r["prompt_len"],), key=key).tolist()
+    cache = make_prompt_cache(model)
+    arrays, calls = {}, []
+
+    def call(tokens, kind):
+        key = f"call_{len(calls):03d}"
+        ids = mx.array([tokens], dtype=mx.int32)
+        offset = cache[0].offset
+        logits = model(ids, cache=cache)
+        entry = dict(key=key, kind=kind, offset=offset, length=len(tokens))
+        if kind == "prefill":
+            mx.eval(logits, [c.state for c in cache])
+            entry["eval_cache"] = True
+        else:
+            token = greedy(logits)
+            mx.eval(logits, token)
+            entry["eval_cache"] = False
+            entry["next_token"] = token.item()
+        arrays[f"{key}.tokens"] = ids
+        arrays[f"{key}.logits"] = logits
+        calls.append(entry)
+        return entry.get("next_token")
+
+    rest = prompt
+    while len(rest) > 1:
+        n = min(r["prefill_step"], len(rest) - 1)
+        call(rest[:n], "prefill")
+        rest = rest[n:]
+    token = call(rest, "last_prompt")
+    generated = [token]
+    for _ in range(DECODE_STEPS):
+        token = call([token], "decode")
+        generated.append(token)
+
+    mx.save_safetensors(str(out / "reference.safetensors"), arrays, metadata={"format": "mlx"})
+    logits_dtype = str(arrays["call_000.logits"].dtype).removeprefix("mlx.core.")
+    reference = dict(
+        row=r["name"],
+        prompt=prompt,
+        prefill_step=r["prefill_step"],
+        generated=generated,
+        logits_dtype=logits_dtype,
+        calls=calls,
+    )
+    (out / "reference.json").write_text(json.dumps(reference, indent=1) + "\n")
+    return len(calls), logits_dtype
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("out_dir", type=Path)
+    ap.add_argument("--rows", nargs="*", help="only these rows (default: all)")
+    args = ap.parse_args()
+
+    mx.set_default_device(mx.cpu)
+    root = args.out_dir / "parity"
+    if root.exists() and not args.rows:
+        shutil.rmtree(root)
+    root.mkdir(parents=True, exist_ok=True)
+
+    start = time.time()
+    index = []
+    for r in ROWS:
+        if args.rows and r["name"] not in args.rows:
+            continue
+        out = root / r["name"]
+        if out.exists():
+            shutil.rmtree(out)
+        out.mkdir()
+        mx.random.seed(seed_of(r["name"]))
+        write_model(r, out)
+        num_calls, logits_dtype = record_run(r, out)
+        qt = r["quant"]
+        index.append(
+            dict(
+                name=r["name"],
+                model_type=r["config"]["model_type"],
+                dtype=r["dtype"],
+                logits_dtype=logits_dtype,
+                quantization=None if qt is None else {k: v for k, v in qt.items() if v},
+                prompt_len=r["prompt_len"],
+                prefill_step=r["prefill_step"],
+                num_calls=num_calls,
+            )
+        )
+    meta = dict(mlx_version=mx.__version__, mlx_lm_version=mlx_lm.__version__, rows=index)
+    (root / "index.json").write_text(json.dumps(meta, indent=1) + "\n")
+    print(f"gen_tiny_models: {len(index)} rows in {root} ({time.time() - start:.1f}s)")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
