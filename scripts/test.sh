@@ -16,6 +16,8 @@ export LMX_TEST_DATA="$data"
 step() { echo "== $*"; }
 step "tiny random models and mlx-lm reference logits"
 "$py" scripts/gen_tiny_models.py "$data"
+step "sampler fixtures"
+"$py" scripts/gen_sampler_fixtures.py "$data/sampler"
 step "tokenizer fixtures"
 "$py" scripts/gen_tokenizer_fixtures.py "$data/tokenizers" --cache "$root/.cache"
 step "conversion fixtures"

@@ -15,6 +15,15 @@ mx::array weak(double v, const mx::array& like) {
   return mx::array(static_cast<float>(v), like.dtype());
 }
 
+// logits.at[:, cols].add(values) for (B, V) logits, cols and values (n,); duplicates accumulate.
+mx::array add_at_columns(const mx::array& logits, const mx::array& cols, const mx::array& values) {
+  const int B = logits.shape(0), n = cols.shape(0);
+  mx::array rows = mx::broadcast_to(mx::reshape(mx::arange(B), {B, 1}), {B, n});
+  mx::array c = mx::broadcast_to(mx::reshape(cols, {1, n}), {B, n});
+  mx::array upd = mx::broadcast_to(mx::reshape(values, {1, n, 1, 1}), {B, n, 1, 1});
+  return mx::scatter_add(logits, {rows, c}, upd, {0, 1});
+}
+
 mx::array last_n(const mx::array& tokens, int n) {
   const int len = tokens.shape(0);
   if (len <= n) return tokens;
@@ -99,11 +108,7 @@ mx::array process_logits(const mx::array& tokens, mx::array logits,
     mx::array idx(ids.data(), {static_cast<int>(ids.size())}, mx::int32);
     mx::array val(vals.data(), {static_cast<int>(vals.size())}, mx::float32);
     // logits.at[:, indices].add(values)
-    const int B = logits.shape(0), n = idx.shape(0);
-    mx::array idx2 = mx::broadcast_to(mx::reshape(idx, {1, n}), {B, n});
-    mx::array upd =
-        mx::broadcast_to(mx::reshape(mx::astype(val, logits.dtype()), {1, n, 1}), {B, n, 1});
-    logits = mx::scatter_add(logits, {idx2}, upd, {1});
+    logits = add_at_columns(logits, idx, mx::astype(val, logits.dtype()));
   }
   if (tokens.size() == 0) return logits;
   const int B = logits.shape(0);
@@ -125,10 +130,9 @@ mx::array process_logits(const mx::array& tokens, mx::array logits,
   }
   if (o.frequency_penalty && *o.frequency_penalty != 0) {
     mx::array t = last_n(tokens, o.frequency_context_size);
-    const int n = t.shape(0);
-    mx::array idx = mx::broadcast_to(mx::reshape(t, {1, n}), {B, n});
-    mx::array upd = mx::full({B, n, 1}, mx::array(-*o.frequency_penalty, logits.dtype()));
-    logits = mx::scatter_add(logits, {idx}, upd, {1});
+    // logits.at[:, tokens].subtract(penalty): repeated ids accumulate.
+    mx::array pen = mx::full({t.shape(0)}, weak(-*o.frequency_penalty, logits));
+    logits = add_at_columns(logits, t, pen);
   }
   return logits;
 }
