@@ -47,7 +47,8 @@ class KVCache : public KVCacheBase {
   int offset() const override { return offset_; }
   bool is_trimmable() const override { return true; }
   int trim(int n) override;
-  Mask make_mask(int n, std::optional<int> window, bool return_array) const override;
+  Mask make_mask(int n, std::optional<int> window = std::nullopt,
+                 bool return_array = false) const override;
   std::vector<mx::array> state() const override;
   size_t nbytes() const override;
 

@@ -38,6 +38,12 @@ Linear Linear::load(WeightStore& w, const std::string& path, int in, int out, bo
 }
 
 mx::array Linear::operator()(const mx::array& x) const {
+  mx::array y = base(x);
+  for (const auto& a : adapters) y = (*a)(x, y);
+  return y;
+}
+
+mx::array Linear::base(const mx::array& x) const {
   if (quant) {
     mx::array y = mx::quantized_matmul(x, weight, *scales, biases, true, quant->group_size,
                                        quant->bits, quant->mode);

@@ -3,8 +3,10 @@
 
 #include <mlx/mlx.h>
 
+#include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "core/json.h"
 #include "models/model.h"
@@ -13,15 +15,26 @@ namespace lmx::nn {
 
 namespace mx = mlx::core;
 
+// A hook on a Linear's output, for LoRA (mlx-lm LoRALinear: y = base(x) + residual(x)): gets the
+// input and the base output, returns the new output. Adapters run in the order attached.
+struct LinearAdapter {
+  virtual ~LinearAdapter() = default;
+  virtual mx::array operator()(const mx::array& x, const mx::array& y) const = 0;
+};
+
 // nn.Linear or nn.QuantizedLinear. `bias` is the additive layer bias, applied after the matmul;
 // `biases` are the affine zero points of a quantized weight.
 struct Linear {
   mx::array weight{0.0f};  // (out, in) or packed (out, in * bits / 32)
   std::optional<mx::array> scales, biases, bias;
   std::optional<QuantSpec> quant;
+  std::vector<std::shared_ptr<const LinearAdapter>> adapters;
 
   static Linear load(WeightStore& w, const std::string& path, int in, int out, bool has_bias);
   mx::array operator()(const mx::array& x) const;
+
+ private:
+  mx::array base(const mx::array& x) const;
 };
 
 // nn.Embedding or nn.QuantizedEmbedding; as_linear is the tied LM head.
