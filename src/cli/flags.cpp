@@ -1,5 +1,6 @@
 #include "cli/flags.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <sstream>

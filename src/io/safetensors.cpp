@@ -144,11 +144,10 @@ Weights load_safetensors(const fs::path& path, Metadata* metadata) {
     void* ptr = const_cast<uint8_t*>(file->data() + t.offset);
     // MLX uses the pointer directly where its allocator can wrap it, else copies; the deleter
     // keeps the mapping alive either way.
-    auto keep = file;
     if (t.nbytes == 0) {
       out.emplace(t.name, mx::zeros(t.shape, t.dtype));
     } else {
-      out.emplace(t.name, mx::array(ptr, t.shape, t.dtype, [keep](void*) {}));
+      out.emplace(t.name, mx::array(ptr, t.shape, t.dtype, [file](void*) {}));
     }
   }
   return out;

@@ -175,8 +175,9 @@ Yarn yarn_freqs(int dims, double base, const json& sc) {
       mx::power(f32(base), mx::divide(mx::arange(0, dims, 2, mx::float32), mx::array(dims)));
   mx::array inter = mx::multiply(f32(factor), extra);
   if (lo == hi) hi += 0.001;
+  const int half = dims / 2;
   mx::array ramp =
-      mx::clip(mx::divide(mx::subtract(mx::arange(dims / 2, mx::float32), f32(lo)), f32(hi - lo)),
+      mx::clip(mx::divide(mx::subtract(mx::arange(half, mx::float32), f32(lo)), f32(hi - lo)),
                mx::array(0), mx::array(1));
   mx::array mask = mx::subtract(f32(1.0), ramp);
   mx::array freqs = mx::divide(

@@ -70,9 +70,9 @@ mx::array apply_min_p(const mx::array& logprobs, float min_p, int min_tokens_to_
   if (min_tokens_to_keep > 1) {
     mx::array idx = mx::argpartition(logprobs, -min_tokens_to_keep, -1);
     const int V = logprobs.shape(-1);
-    mx::Shape start(logprobs.ndim(), 0), stop = logprobs.shape();
+    mx::Shape start(logprobs.ndim(), 0);
     start.back() = V - min_tokens_to_keep;
-    idx = mx::slice(idx, start, stop);
+    idx = mx::slice(idx, start, logprobs.shape());
     remove = mx::put_along_axis(remove, idx, mx::array(false), -1);
   }
   return mx::where(remove, weak(-kInf, logprobs), logprobs);
@@ -80,9 +80,9 @@ mx::array apply_min_p(const mx::array& logprobs, float min_p, int min_tokens_to_
 
 mx::array apply_top_k(const mx::array& logprobs, int top_k) {
   mx::array idx = mx::argpartition(mx::negative(logprobs), top_k - 1, -1);
-  mx::Shape start(logprobs.ndim(), 0), stop = logprobs.shape();
+  mx::Shape start(logprobs.ndim(), 0);
   start.back() = top_k;
-  idx = mx::slice(idx, start, stop);
+  idx = mx::slice(idx, start, logprobs.shape());
   return mx::put_along_axis(logprobs, idx, mx::array(-kInf, logprobs.dtype()), -1);
 }
 
