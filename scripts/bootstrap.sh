@@ -2,14 +2,24 @@
 # Installs what lmx needs on a fresh Debian 12 machine, idempotently.
 #   scripts/bootstrap.sh          build + runtime deps (Debian -dev packages, the mlx-cpu wheel)
 #   scripts/bootstrap.sh --test   also the Python reference (mlx, mlx-lm, tokenizers, transformers)
-# Everything Python goes into the project-local prefix .venv/.
+#   scripts/bootstrap.sh --cuda   also the mlx-cuda-13 wheel (libmlx built for CUDA 13, its headers
+#                                 and CMake config) for `build_lmx DIR -DLMX_BACKEND=cuda`
+# Flags combine. Everything Python goes into the project-local prefix .venv/; the CUDA wheel goes
+# alone (no dependencies: the CUDA libraries come from the toolkit) into .deps/mlx-cuda/.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
 source scripts/versions.env
 
 with_test=0
-[[ "${1:-}" == "--test" ]] && with_test=1
+with_cuda=0
+for a in "$@"; do
+  case "$a" in
+    --test) with_test=1 ;;
+    --cuda) with_cuda=1 ;;
+    *) echo "bootstrap: unknown argument $a" >&2; exit 2 ;;
+  esac
+done
 
 debs=(cmake g++ pkg-config nlohmann-json3-dev libpcre2-dev libutf8proc-dev python3-venv)
 ((with_test)) && debs+=(libgtest-dev libgmock-dev)
@@ -44,4 +54,20 @@ done
 if ((${#need[@]})); then
   echo "bootstrap: pip installing ${need[*]}"
   "${pip[@]}" "${need[@]}"
+fi
+
+if ((with_cuda)); then
+  # Only the C++ build uses this prefix; the CUDA toolkit itself (nvcc, cuBLAS, cuDNN, NCCL headers
+  # and libraries) is not installed here: MLX's CMake config needs find_package(CUDAToolkit) and
+  # cudnn.h, see docs/gpu.md.
+  cuda_prefix=.deps/mlx-cuda
+  have="$(ls -d "$cuda_prefix"/mlx_cuda_13-"$MLX_VERSION".dist-info 2>/dev/null || true)"
+  if [[ -z "$have" ]]; then
+    echo "bootstrap: pip installing mlx-cuda-13==$MLX_VERSION into $cuda_prefix"
+    rm -rf "$cuda_prefix"
+    .venv/bin/python -m pip install -q --disable-pip-version-check --no-deps --no-compile \
+      --only-binary=:all: --target "$cuda_prefix" "mlx-cuda-13==$MLX_VERSION"
+  fi
+  command -v nvcc >/dev/null || [[ -x /usr/local/cuda/bin/nvcc ]] ||
+    echo "bootstrap: warning: no CUDA toolkit (nvcc) found; the CUDA build needs CUDA 13" >&2
 fi
