@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by the scripts: paths of the project-local MLX and a configured, built tree.
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # mlx_cmake_dir [cpu|cuda]: the MLX CMake config of that backend's wheel (cpu: .venv's mlx-cpu,

@@ -4,7 +4,7 @@
 # Changes nothing. See docs/gpu.md.
 set -uo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
-cd "$root"
+cd "$root" || exit 1
 py="${LMX_GPU_PYTHON:-python3}"
 p() { printf 'preflight: %-14s %s\n' "$1" "$2"; }
 p machine "$(uname -m), $(. /etc/os-release 2>/dev/null; echo "${PRETTY_NAME:-?}"), $(ldd --version 2>/dev/null | head -1 | awk '{print "glibc", $NF}')"
