@@ -51,6 +51,11 @@ struct GenerateOptions {
   LogitsProcessorOptions processors;
   std::optional<uint64_t> seed;
   bool ignore_eos = false;  // benchmarks: always generate max_tokens
+  // mlx-lm's KV-cache quantization (--kv-bits, --kv-group-size, --quantized-kv-start): after each
+  // prefill chunk and each step, caches holding >= quantized_kv_start tokens are quantized.
+  std::optional<int> kv_bits;  // unset: off
+  int kv_group_size = 64;
+  int quantized_kv_start = 5000;
 };
 
 struct GenerationStats {
@@ -59,6 +64,8 @@ struct GenerationStats {
   int generation_tokens = 0;
   double generation_seconds = 0;  // from the first token to the last
   size_t peak_memory = 0;         // bytes, MLX's peak
+  size_t kv_bytes = 0;            // the KV cache at the end, allocated bytes
+  double kv_bytes_per_token = 0;  // what one more cached token costs, all layers together
   double prompt_tps() const { return prompt_seconds > 0 ? prompt_tokens / prompt_seconds : 0; }
   // mlx-lm's convention: tokens over the time since the first token was ready.
   double generation_tps() const {

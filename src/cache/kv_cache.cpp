@@ -1,5 +1,8 @@
 #include "cache/kv_cache.h"
 
+#include "cache/quantized_kv_cache.h"
+#include "core/error.h"
+
 namespace lmx {
 
 mx::array create_causal_mask(int n, int offset, std::optional<int> window) {
@@ -12,17 +15,12 @@ mx::array create_causal_mask(int n, int offset, std::optional<int> window) {
   return mask;
 }
 
-namespace {
-
-// mlx-lm cache.create_attention_mask(N, offset, return_array, window_size).
-Mask attention_mask(int n, int offset, bool return_array, std::optional<int> window) {
+Mask create_attention_mask(int n, int offset, bool return_array, std::optional<int> window) {
   if (window) return {"", create_causal_mask(n, offset, window)};
   if (n == 1) return {};
   if (return_array) return {"", create_causal_mask(n, offset, window)};
   return {"causal", std::nullopt};
 }
-
-}  // namespace
 
 std::pair<mx::array, mx::array> KVCache::update_and_fetch(const mx::array& keys,
                                                           const mx::array& values) {
@@ -66,7 +64,7 @@ int KVCache::trim(int n) {
 }
 
 Mask KVCache::make_mask(int n, std::optional<int> window, bool return_array) const {
-  return attention_mask(n, offset_, return_array, window);
+  return create_attention_mask(n, offset_, return_array, window);
 }
 
 std::vector<mx::array> KVCache::state() const {
@@ -75,5 +73,35 @@ std::vector<mx::array> KVCache::state() const {
 }
 
 size_t KVCache::nbytes() const { return keys_ ? keys_->nbytes() + values_->nbytes() : 0; }
+
+std::unique_ptr<KVCacheBase> KVCache::to_quantized(int group_size, int bits) const {
+  auto q = std::make_unique<QuantizedKVCache>(group_size, bits);
+  if (keys_) {
+    q->set_state(quantize_kv(*keys_, group_size, bits), quantize_kv(*values_, group_size, bits),
+                 offset_);
+  } else {
+    q->set_state(std::nullopt, std::nullopt, offset_);
+  }
+  return q;
+}
+
+std::pair<QuantizedArray, QuantizedArray> KVCacheBase::update_and_fetch_quantized(
+    const mx::array&, const mx::array&) {
+  fail("KV cache", "update_and_fetch_quantized called on a cache that stores K/V unquantized");
+}
+
+mx::array seq_slice(const mx::array& v, int start, int stop) {
+  mx::Shape lo(v.ndim(), 0), hi = v.shape();
+  lo[2] = start;
+  hi[2] = stop;
+  return mx::slice(v, lo, hi);
+}
+
+mx::array seq_assign(const mx::array& v, const mx::array& rows, int start) {
+  mx::Shape lo(v.ndim(), 0), hi = v.shape();
+  lo[2] = start;
+  hi[2] = start + rows.shape(2);
+  return mx::slice_update(v, rows, lo, hi);
+}
 
 }  // namespace lmx

@@ -22,6 +22,21 @@ struct Mask {
 
 // create_causal_mask(N, offset, window): bool (N, offset + N), true = attend.
 mx::array create_causal_mask(int n, int offset, std::optional<int> window = std::nullopt);
+// mlx-lm cache.create_attention_mask(N, offset, return_array, window_size), the make_mask of
+// KVCache and QuantizedKVCache.
+Mask create_attention_mask(int n, int offset, bool return_array, std::optional<int> window);
+
+// One quantized K or V tensor as mx::quantize returns it: packed uint32
+// (B, n_kv_heads, S, D * bits / 32), scales and biases (B, n_kv_heads, S, D / group_size) in the
+// activation dtype.
+struct QuantizedArray {
+  mx::array packed, scales, biases;
+};
+
+struct KVQuantization {
+  int group_size = 64;
+  int bits = 8;
+};
 
 class KVCacheBase {
  public:
@@ -37,6 +52,18 @@ class KVCacheBase {
   // The arrays to evaluate after a prefill chunk (mlx-lm's `cache.state`).
   virtual std::vector<mx::array> state() const = 0;
   virtual size_t nbytes() const = 0;
+  // Sequence slots allocated; nbytes() / capacity() is what one more cached token costs.
+  virtual int capacity() const { return 0; }
+  // mlx-lm's `hasattr(cache, "bits")`: set when K/V are stored quantized. Attention then calls
+  // update_and_fetch_quantized and mlx-lm's quantized_scaled_dot_product_attention.
+  virtual std::optional<KVQuantization> quantization() const { return std::nullopt; }
+  virtual std::pair<QuantizedArray, QuantizedArray> update_and_fetch_quantized(
+      const mx::array& keys, const mx::array& values);
+  // mlx-lm's `to_quantized(group_size, bits)`; nullptr for cache types without one (which
+  // maybe_quantize_kv_cache leaves alone). May throw where mlx-lm raises.
+  virtual std::unique_ptr<KVCacheBase> to_quantized(int group_size, int bits) const {
+    return nullptr;
+  }
 };
 
 class KVCache : public KVCacheBase {
@@ -51,6 +78,9 @@ class KVCache : public KVCacheBase {
                  bool return_array = false) const override;
   std::vector<mx::array> state() const override;
   size_t nbytes() const override;
+  int capacity() const override { return keys_ ? keys_->shape(2) : 0; }
+  // The whole buffer (padding rows included) quantized, as mlx-lm does.
+  std::unique_ptr<KVCacheBase> to_quantized(int group_size, int bits) const override;
 
  private:
   std::optional<mx::array> keys_, values_;
@@ -58,5 +88,10 @@ class KVCache : public KVCacheBase {
 };
 
 using Cache = std::vector<std::unique_ptr<KVCacheBase>>;
+
+// Helpers on the sequence axis (2) of (B, heads, S, D) arrays: v[..., start:stop, :] and
+// v[..., start:start + rows, :] = rows.
+mx::array seq_slice(const mx::array& v, int start, int stop);
+mx::array seq_assign(const mx::array& v, const mx::array& rows, int start);
 
 }  // namespace lmx

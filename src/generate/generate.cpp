@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "cache/quantized_kv_cache.h"
 #include "core/error.h"
 
 namespace lmx {
@@ -20,6 +21,7 @@ TokenGenerator::TokenGenerator(Model& model, Cache& cache, std::vector<int> prom
   check(!prompt.empty(), "generate", "the prompt is empty, expected at least one token");
   check(opt_.prefill_step_size > 0, "generate", "prefill_step_size must be > 0");
   validate(opt_.processors);
+  if (opt_.kv_bits) QuantizedKVCache::validate(opt_.kv_group_size, *opt_.kv_bits);
   if (opt_.seed) mx::random::seed(*opt_.seed);
   start_ = Clock::now();
   stats_.prompt_tokens = static_cast<int>(prompt.size());
@@ -31,6 +33,7 @@ TokenGenerator::TokenGenerator(Model& model, Cache& cache, std::vector<int> prom
     const int n = std::min(opt_.prefill_step_size, total - done - 1);
     mx::array chunk = mx::slice(tokens, {done}, {done + n});
     model_(mx::expand_dims(chunk, 0), cache_);
+    maybe_quantize_kv_cache(cache_, opt_);
     std::vector<mx::array> state;
     for (auto& c : cache_)
       for (auto& a : c->state()) state.push_back(a);
@@ -54,6 +57,7 @@ std::pair<mx::array, mx::array> TokenGenerator::step(const mx::array& input) {
     history_ = history_ ? mx::concatenate({*history_, input}) : input;
     logits = process_logits(*history_, logits, opt_.processors);
   }
+  maybe_quantize_kv_cache(cache_, opt_);
   mx::array logprobs = mx::subtract(logits, mx::logsumexp(logits, -1, /*keepdims=*/true));
   mx::array sampled = sample(logprobs, opt_.sampler);
   return {sampled, mx::squeeze(logprobs, 0)};
@@ -89,6 +93,14 @@ std::optional<Step> TokenGenerator::next() {
   return out;
 }
 
+void maybe_quantize_kv_cache(Cache& cache, const GenerateOptions& options) {
+  if (!options.kv_bits) return;
+  for (auto& c : cache) {
+    if (c->offset() < options.quantized_kv_start) continue;
+    if (auto q = c->to_quantized(options.kv_group_size, *options.kv_bits)) c = std::move(q);
+  }
+}
+
 GenerationStats generate(Model& model, const std::vector<int>& prompt,
                          const GenerateOptions& options, const std::vector<int>& eos_ids,
                          const std::function<bool(const Step&)>& on_token) {
@@ -98,7 +110,13 @@ GenerationStats generate(Model& model, const std::vector<int>& prompt,
     if (std::find(eos_ids.begin(), eos_ids.end(), s->token) != eos_ids.end()) break;
     if (!on_token(*s)) break;
   }
-  return gen.stats();
+  GenerationStats stats = gen.stats();
+  for (const auto& c : cache) {
+    stats.kv_bytes += c->nbytes();
+    if (c->capacity() > 0)
+      stats.kv_bytes_per_token += static_cast<double>(c->nbytes()) / c->capacity();
+  }
+  return stats;
 }
 
 }  // namespace lmx

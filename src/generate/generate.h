@@ -39,6 +39,10 @@ class TokenGenerator {
   std::chrono::steady_clock::time_point start_, first_token_;
 };
 
+// mlx-lm's maybe_quantize_kv_cache: with kv_bits set, every cache that has a quantized form and
+// holds >= quantized_kv_start tokens is replaced by it.
+void maybe_quantize_kv_cache(Cache& cache, const GenerateOptions& options);
+
 // Streams tokens to `on_token` until max_tokens, an EOS id, or on_token returning false.
 GenerationStats generate(Model& model, const std::vector<int>& prompt,
                          const GenerateOptions& options, const std::vector<int>& eos_ids,

@@ -93,6 +93,14 @@ mx::array RMSNorm::operator()(const mx::array& x) const {
   return mx::fast::rms_norm(x, weight, eps);
 }
 
+LayerNorm LayerNorm::load(WeightStore& w, const std::string& path, int dims, float eps) {
+  return {w.take(path + ".weight", {dims}), w.take(path + ".bias", {dims}), eps};
+}
+
+mx::array LayerNorm::operator()(const mx::array& x) const {
+  return mx::fast::layer_norm(x, weight, bias, eps);
+}
+
 mx::array RoPE::operator()(const mx::array& x, int offset) const {
   mx::array in = x;
   if (mscale != 1.0f) {
@@ -248,11 +256,90 @@ mx::array swiglu(const mx::array& gate, const mx::array& x) {
   return fn({gate, x})[0];
 }
 
+mx::array gelu(const mx::array& x) {
+  // x * (1 + erf(x / sqrt(2))) / 2
+  static auto fn = mx::compile(
+      [](const std::vector<mx::array>& in) {
+        const mx::array& x = in[0];
+        auto c = [&](double v) { return mx::array(static_cast<float>(v), x.dtype()); };
+        mx::array e = mx::erf(mx::divide(x, c(std::sqrt(2.0))));
+        return std::vector<mx::array>{mx::divide(mx::multiply(x, mx::add(c(1), e)), c(2))};
+      },
+      /*shapeless=*/true);
+  return fn({x})[0];
+}
+
+mx::array gelu_approx(const mx::array& x) {
+  // 0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x**3)))
+  static auto fn = mx::compile(
+      [](const std::vector<mx::array>& in) {
+        const mx::array& x = in[0];
+        auto c = [&](double v) { return mx::array(static_cast<float>(v), x.dtype()); };
+        mx::array cube = mx::multiply(c(0.044715), mx::power(x, c(3)));
+        mx::array t = mx::tanh(mx::multiply(c(std::sqrt(2 / std::numbers::pi)), mx::add(x, cube)));
+        return std::vector<mx::array>{mx::multiply(mx::multiply(c(0.5), x), mx::add(c(1), t))};
+      },
+      /*shapeless=*/true);
+  return fn({x})[0];
+}
+
 mx::array attention(const mx::array& q, const mx::array& k, const mx::array& v, float scale,
                     const Mask& mask) {
   if (mask.array)
     return mx::fast::scaled_dot_product_attention(q, k, v, scale, "array", mask.array);
   return mx::fast::scaled_dot_product_attention(q, k, v, scale, mask.mode);
+}
+
+mx::array quantized_attention(const mx::array& q, const QuantizedArray& k, const QuantizedArray& v,
+                              float scale, const Mask& mask, const KVQuantization& quant) {
+  const int B = q.shape(0), n_q_heads = q.shape(1), L = q.shape(2), D = q.shape(3);
+  const int n_kv_heads = k.packed.shape(-3);
+  const int n_repeats = n_q_heads / n_kv_heads;
+  mx::array queries = mx::multiply(q, mx::array(scale, q.dtype()));
+  QuantizedArray qk = k, qv = v;
+  if (n_repeats > 1) {
+    // GQA: (B, n_kv_heads, n_repeats, L, D) against K/V with a broadcast head axis.
+    queries = mx::reshape(queries, {B, n_kv_heads, n_repeats, L, D});
+    auto expand = [](const QuantizedArray& x) {
+      return QuantizedArray{mx::expand_dims(x.packed, -3), mx::expand_dims(x.scales, -3),
+                            mx::expand_dims(x.biases, -3)};
+    };
+    qk = expand(k);
+    qv = expand(v);
+  }
+  mx::array scores = mx::quantized_matmul(queries, qk.packed, qk.scales, qk.biases,
+                                          /*transpose=*/true, quant.group_size, quant.bits);
+  if (!mask.none()) {
+    mx::array m = mask.array ? *mask.array : mx::array(false);
+    if (!mask.array) {
+      // "causal", bottom-right aligned: query i is position kL - qL + i.
+      const int qL = scores.shape(-2), kL = scores.shape(-1);
+      m = mx::greater_equal(mx::expand_dims(mx::arange(kL - qL, kL), 1),
+                            mx::expand_dims(mx::arange(kL), 0));
+    }
+    if (n_repeats > 1 && m.ndim() > 3) m = mx::expand_dims(m, -3);
+    if (m.dtype() == mx::bool_) {
+      const double lowest = mx::finfo(scores.dtype()).min;
+      scores = mx::where(m, scores, mx::array(static_cast<float>(lowest), scores.dtype()));
+    } else {
+      scores = mx::add(scores, m);
+    }
+  }
+  scores = mx::softmax(scores, -1, /*precise=*/true);
+  mx::array out = mx::quantized_matmul(scores, qv.packed, qv.scales, qv.biases,
+                                       /*transpose=*/false, quant.group_size, quant.bits);
+  if (n_repeats > 1) out = mx::reshape(out, {B, n_q_heads, L, D});
+  return out;
+}
+
+mx::array cached_attention(const mx::array& q, const mx::array& k, const mx::array& v,
+                           KVCacheBase& cache, float scale, const Mask& mask) {
+  if (auto quant = cache.quantization()) {
+    auto [qk, qv] = cache.update_and_fetch_quantized(k, v);
+    return quantized_attention(q, qk, qv, scale, mask, *quant);
+  }
+  auto [keys, values] = cache.update_and_fetch(k, v);
+  return attention(q, keys, values, scale, mask);
 }
 
 }  // namespace lmx::nn

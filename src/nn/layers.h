@@ -56,6 +56,15 @@ struct RMSNorm {
   mx::array operator()(const mx::array& x) const;
 };
 
+// nn.LayerNorm (with bias): mx.fast.layer_norm.
+struct LayerNorm {
+  mx::array weight{0.0f}, bias{0.0f};
+  float eps = 1e-5f;
+
+  static LayerNorm load(WeightStore& w, const std::string& path, int dims, float eps);
+  mx::array operator()(const mx::array& x) const;
+};
+
 // mlx-lm's initialize_rope: default, linear, dynamic, llama3, yarn.
 struct RoPE {
   int dims = 0;
@@ -78,8 +87,23 @@ RoPE make_rope(int dims, float base, bool traditional, const json& scaling,
 // mlx-lm activations.swiglu: silu(gate) * x, compiled (shapeless) as mlx-lm does.
 mx::array swiglu(const mx::array& gate, const mx::array& x);
 
+// mlx.nn.gelu (exact erf form) and mlx.nn.gelu_approx (tanh form), compiled (shapeless) as mlx
+// compiles them; the constants are weak scalars (rounded to x's dtype).
+mx::array gelu(const mx::array& x);
+mx::array gelu_approx(const mx::array& x);
+
 // mlx-lm base.scaled_dot_product_attention for the unquantized cache.
 mx::array attention(const mx::array& q, const mx::array& k, const mx::array& v, float scale,
                     const Mask& mask);
+
+// mlx-lm base.quantized_scaled_dot_product_attention: q (B, n_heads, L, D) against quantized
+// K/V (B, n_kv_heads, S, ...); no fused kernel, scores in the activation dtype, precise softmax.
+mx::array quantized_attention(const mx::array& q, const QuantizedArray& k, const QuantizedArray& v,
+                              float scale, const Mask& mask, const KVQuantization& quant);
+
+// cache.update_and_fetch(k, v), then the attention mlx-lm's scaled_dot_product_attention picks
+// for that cache: quantized for caches with `bits`, mx.fast otherwise.
+mx::array cached_attention(const mx::array& q, const mx::array& k, const mx::array& v,
+                           KVCacheBase& cache, float scale, const Mask& mask);
 
 }  // namespace lmx::nn

@@ -42,8 +42,7 @@ mx::array Attention::operator()(const mx::array& x, const Mask& mask, KVCacheBas
   v = split_heads(v, opt.n_kv_heads);
   q = opt.rope(q, cache.offset());
   k = opt.rope(k, cache.offset());
-  auto [keys, values] = cache.update_and_fetch(k, v);
-  return o_proj(merge_heads(attention(q, keys, values, scale, mask)));
+  return o_proj(merge_heads(cached_attention(q, k, v, cache, scale, mask)));
 }
 
 DecoderBlock::DecoderBlock(const DecoderOptions& o, WeightStore& w, const std::string& p)

@@ -1,0 +1,184 @@
+#!/usr/bin/env python3
+"""mlx-lm KV-cache reference runs (models/cache.py) on random keys and values.
+
+Each scenario is a list of operations on one mlx-lm cache object: update_and_fetch with recorded
+inputs and outputs (plain arrays, or quantized (packed, scales, biases) triples), make_mask,
+trim, is_trimmable, to_quantized. tests/unit/test_caches.cpp replays them on lmx's caches and
+requires identical outputs (every bit), offsets and ring positions.
+
+usage: gen_cache_fixtures.py OUT_DIR
+writes OUT_DIR/caches.json (the scenarios) and OUT_DIR/caches.safetensors (the arrays)
+"""
+import json
+import sys
+from pathlib import Path
+
+import mlx.core as mx
+from mlx_lm.models.cache import KVCache, QuantizedKVCache, RotatingKVCache
+
+B, H = 1, 2
+
+
+class Recorder:
+    """Runs operations on a cache and records them with their results. D: head_dim."""
+
+    def __init__(self, name, cache, spec, arrays, D, dtype=mx.bfloat16):
+        self.name, self.cache, self.arrays, self.D, self.dtype = name, cache, arrays, D, dtype
+        self.ops = []
+        self.spec = spec
+
+    def key(self, what):
+        return f"{self.name}.{len(self.ops):04d}.{what}"
+
+    def state(self):
+        c = self.cache
+        s = dict(offset=c.offset)
+        if isinstance(c, RotatingKVCache):
+            s["idx"] = c._idx
+        return s
+
+    def update(self, n, record=True):
+        k = mx.random.normal((B, H, n, self.D)).astype(self.dtype)
+        v = mx.random.normal((B, H, n, self.D)).astype(self.dtype)
+        op = dict(op="update", length=n, inputs=self.key("in"), record=record)
+        # The caches keep (and later assign into) the arrays they are given and return, so
+        # everything recorded is a copy (mx.array(a) shares the data, not the later writes).
+        self.arrays[op["inputs"] + ".keys"] = mx.array(k)
+        self.arrays[op["inputs"] + ".values"] = mx.array(v)
+        keys, values = self.cache.update_and_fetch(k, v)
+        if record:
+            op["outputs"] = self.key("out")
+            if isinstance(keys, (tuple, list)):
+                for i, (a, b) in enumerate(zip(keys, values)):
+                    self.arrays[f"{op['outputs']}.keys.{i}"] = mx.array(a)
+                    self.arrays[f"{op['outputs']}.values.{i}"] = mx.array(b)
+            else:
+                self.arrays[op["outputs"] + ".keys"] = mx.array(keys)
+                self.arrays[op["outputs"] + ".values"] = mx.array(values)
+        op.update(after=self.state())
+        self.ops.append(op)
+        mx.eval(keys, values)
+
+    def mask(self, n, window=None):
+        m = self.cache.make_mask(n, return_array=False, window_size=window)
+        op = dict(op="mask", length=n, window=window)
+        if m is None:
+            op["mask"] = None
+        elif isinstance(m, str):
+            op["mask"] = m
+        else:
+            op["mask"] = "array"
+            op["array"] = self.key("mask")
+            self.arrays[op["array"]] = m
+        self.ops.append(op)
+
+    def trim(self, n):
+        trimmable = self.cache.is_trimmable()
+        self.ops.append(dict(op="is_trimmable", result=trimmable))
+        if trimmable:
+            self.ops.append(dict(op="trim", n=n, result=self.cache.trim(n), after=self.state()))
+
+    def to_quantized(self, group_size, bits):
+        self.cache = self.cache.to_quantized(group_size=group_size, bits=bits)
+        self.ops.append(dict(op="to_quantized", group_size=group_size, bits=bits,
+                             after=self.state()))
+
+    def result(self):
+        return dict(name=self.name, cache=self.spec, ops=self.ops)
+
+
+def rotating_long(arrays, name, keep, chunks, window_masks):
+    """Prefill 300 in chunks, then 200 single-token steps, window 64; masks before each write.
+    Outputs are recorded for every prefill chunk, the first 70 steps (the ring wraps in them
+    when the prefill was short) and every 8th step after; offsets for all."""
+    r = Recorder(name, RotatingKVCache(max_size=64, keep=keep),
+                 dict(type="RotatingKVCache", max_size=64, keep=keep), arrays, D=16)
+    for n in chunks:
+        for w in window_masks:
+            r.mask(n, w)
+        r.update(n)
+    for step in range(200):
+        for w in window_masks:
+            r.mask(1, w)
+        r.update(1, record=step < 70 or step % 8 == 7)
+    return r.result()
+
+
+def rotating_trim(arrays):
+    """Trim before the ring wraps (single- and multi-token writes around it); none after."""
+    r = Recorder("rotating_trim", RotatingKVCache(max_size=64),
+                 dict(type="RotatingKVCache", max_size=64, keep=0), arrays, D=16)
+    r.update(40)
+    for _ in range(5):
+        r.update(1)
+    r.trim(7)
+    for _ in range(3):
+        r.update(1)
+    r.update(10)
+    r.trim(4)
+    r.update(1)
+    r.update(20)  # offset 48 -> 68: past max_size
+    r.trim(3)  # not trimmable any more
+    r.update(1)
+    r.mask(5)
+    r.mask(1, 64)
+    return r.result()
+
+
+def quantized(arrays, group_size, bits):
+    """QuantizedKVCache: prefill 300 (two chunks) + 20 steps, trim, more steps."""
+    name = f"quantized_b{bits}_g{group_size}"
+    r = Recorder(name, QuantizedKVCache(group_size=group_size, bits=bits),
+                 dict(type="QuantizedKVCache", group_size=group_size, bits=bits), arrays, D=64)
+    r.update(256)
+    r.update(44)
+    for step in range(20):
+        r.update(1, record=step < 2 or step == 19)
+    r.trim(5)
+    r.mask(3)
+    r.mask(1)
+    r.mask(4, 16)
+    for _ in range(3):
+        r.update(1)
+    return r.result()
+
+
+def kv_to_quantized(arrays, group_size, bits):
+    """KVCache filled, then to_quantized (the padded buffer quantized whole), then updates."""
+    name = f"to_quantized_b{bits}_g{group_size}"
+    r = Recorder(name, KVCache(), dict(type="KVCache"), arrays, D=64)
+    r.update(100)
+    r.update(1)
+    r.to_quantized(group_size, bits)
+    for _ in range(4):
+        r.update(1)
+    r.update(160)  # crosses the 256 step
+    return r.result()
+
+
+def main():
+    out = Path(sys.argv[1])
+    out.mkdir(parents=True, exist_ok=True)
+    mx.set_default_device(mx.cpu)
+    mx.random.seed(4321)
+    arrays = {}
+    scenarios = [
+        rotating_long(arrays, "rotating_w64_chunked", 0, [128, 128, 44], [None, 64, 48]),
+        rotating_long(arrays, "rotating_w64_keep4_oneshot", 4, [300], [None, 64, 48]),
+        rotating_long(arrays, "rotating_w64_short_prefill", 0, [5, 20], [None, 64, 48]),
+        rotating_trim(arrays),
+    ]
+    for bits in (4, 8):
+        for group_size in (32, 64):
+            scenarios.append(quantized(arrays, group_size, bits))
+    scenarios.append(kv_to_quantized(arrays, 64, 4))
+    scenarios.append(kv_to_quantized(arrays, 32, 8))
+    mx.save_safetensors(str(out / "caches.safetensors"), arrays, metadata={"format": "mlx"})
+    (out / "caches.json").write_text(json.dumps(dict(scenarios=scenarios), indent=1) + "\n")
+    size = (out / "caches.safetensors").stat().st_size
+    print(f"gen_cache_fixtures: {len(scenarios)} scenarios, {len(arrays)} arrays, "
+          f"{size / 1e6:.1f} MB in {out}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

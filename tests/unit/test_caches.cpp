@@ -1,0 +1,230 @@
+// KV caches against mlx-lm's cache objects (scripts/gen_cache_fixtures.py): every recorded
+// operation replayed on lmx's cache, returned keys/values (or quantized triples), masks, offsets
+// and ring positions identical.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "cache/quantized_kv_cache.h"
+#include "cache/rotating_kv_cache.h"
+#include "core/error.h"
+#include "generate/generate.h"
+#include "io/safetensors.h"
+#include "test_util.h"
+
+namespace lmx {
+namespace {
+
+using nlohmann::json;
+
+struct Fixtures {
+  Weights arrays;
+  json meta;
+  Fixtures() {
+    arrays = load_safetensors(test::data_path("caches/caches.safetensors"));
+    std::ifstream in(test::data_path("caches/caches.json"));
+    meta = json::parse(in);
+  }
+  const mx::array& at(const std::string& k) const {
+    auto it = arrays.find(k);
+    if (it == arrays.end()) throw std::runtime_error("fixture array '" + k + "' is missing");
+    return it->second;
+  }
+};
+
+::testing::AssertionResult identical(const mx::array& got, const mx::array& want) {
+  if (got.shape() != want.shape())
+    return ::testing::AssertionFailure()
+           << "shape " << shape_str(got.shape()) << ", expected " << shape_str(want.shape());
+  if (got.dtype() != want.dtype())
+    return ::testing::AssertionFailure()
+           << "dtype " << dtype_name(got.dtype()) << ", expected " << dtype_name(want.dtype());
+  if (!mx::array_equal(got, want).item<bool>())
+    return ::testing::AssertionFailure() << "values differ";
+  return ::testing::AssertionSuccess();
+}
+
+std::unique_ptr<KVCacheBase> make_cache(const json& spec) {
+  const std::string type = spec.at("type");
+  if (type == "KVCache") return std::make_unique<KVCache>();
+  if (type == "RotatingKVCache")
+    return std::make_unique<RotatingKVCache>(spec.at("max_size").get<int>(),
+                                             spec.at("keep").get<int>());
+  if (type == "QuantizedKVCache")
+    return std::make_unique<QuantizedKVCache>(spec.at("group_size").get<int>(),
+                                              spec.at("bits").get<int>());
+  throw std::runtime_error("unknown cache type " + type);
+}
+
+void expect_state(const KVCacheBase& c, const json& after, const std::string& where) {
+  EXPECT_EQ(c.offset(), after.at("offset").get<int>()) << where << ": offset";
+  if (after.contains("idx")) {
+    const auto* r = dynamic_cast<const RotatingKVCache*>(&c);
+    ASSERT_NE(r, nullptr) << where;
+    EXPECT_EQ(r->idx(), after.at("idx").get<int>()) << where << ": ring index";
+  }
+}
+
+// Replays one scenario; returns the number of compared arrays.
+int replay(const Fixtures& f, const json& scenario) {
+  const std::string name = scenario.at("name");
+  std::unique_ptr<KVCacheBase> cache = make_cache(scenario.at("cache"));
+  int compared = 0;
+  int i = 0;
+  for (const json& op : scenario.at("ops")) {
+    const std::string kind = op.at("op");
+    std::string where = name;
+    where.append(" op ").append(std::to_string(i++)).append(" (").append(kind).append(")");
+    if (kind == "update") {
+      const std::string in = op.at("inputs");
+      const mx::array& k = f.at(in + ".keys");
+      const mx::array& v = f.at(in + ".values");
+      if (cache->quantization()) {
+        auto [qk, qv] = cache->update_and_fetch_quantized(k, v);
+        if (op.at("record").get<bool>()) {
+          const std::string out = op.at("outputs");
+          const mx::array* got[] = {&qk.packed, &qk.scales, &qk.biases,
+                                    &qv.packed, &qv.scales, &qv.biases};
+          for (int j = 0; j < 6; ++j) {
+            const std::string key = out + (j < 3 ? ".keys." : ".values.") + std::to_string(j % 3);
+            EXPECT_TRUE(identical(*got[j], f.at(key))) << where << ": " << key;
+            ++compared;
+          }
+        }
+      } else {
+        auto [keys, values] = cache->update_and_fetch(k, v);
+        if (op.at("record").get<bool>()) {
+          const std::string out = op.at("outputs");
+          EXPECT_TRUE(identical(keys, f.at(out + ".keys"))) << where << ": keys";
+          EXPECT_TRUE(identical(values, f.at(out + ".values"))) << where << ": values";
+          compared += 2;
+        }
+      }
+      expect_state(*cache, op.at("after"), where);
+    } else if (kind == "mask") {
+      std::optional<int> window;
+      if (!op.at("window").is_null()) window = op.at("window").get<int>();
+      const Mask m = cache->make_mask(op.at("length").get<int>(), window);
+      const json& want = op.at("mask");
+      if (want.is_null()) {
+        EXPECT_TRUE(m.none()) << where << ": expected no mask";
+      } else if (want == "causal") {
+        EXPECT_TRUE(m.mode == "causal" && !m.array) << where << ": expected \"causal\"";
+      } else {
+        if (!m.array) {
+          ADD_FAILURE() << where << ": expected an array mask";
+          continue;
+        }
+        EXPECT_TRUE(identical(*m.array, f.at(op.at("array")))) << where;
+        ++compared;
+      }
+    } else if (kind == "is_trimmable") {
+      EXPECT_EQ(cache->is_trimmable(), op.at("result").get<bool>()) << where;
+    } else if (kind == "trim") {
+      EXPECT_EQ(cache->trim(op.at("n").get<int>()), op.at("result").get<int>()) << where;
+      expect_state(*cache, op.at("after"), where);
+    } else if (kind == "to_quantized") {
+      auto q = cache->to_quantized(op.at("group_size").get<int>(), op.at("bits").get<int>());
+      EXPECT_NE(q, nullptr) << where;
+      if (!q) return compared;
+      cache = std::move(q);
+      expect_state(*cache, op.at("after"), where);
+    } else {
+      ADD_FAILURE() << where << ": unknown operation";
+    }
+  }
+  return compared;
+}
+
+TEST(CacheFixtures, EveryOperationMatchesMlxLm) {
+  Fixtures f;
+  std::set<std::string> types;
+  int scenarios = 0, compared = 0;
+  for (const json& s : f.meta.at("scenarios")) {
+    SCOPED_TRACE(s.at("name").get<std::string>());
+    types.insert(s.at("cache").at("type").get<std::string>());
+    compared += replay(f, s);
+    ++scenarios;
+  }
+  EXPECT_GE(scenarios, 10);
+  EXPECT_EQ(types, (std::set<std::string>{"KVCache", "QuantizedKVCache", "RotatingKVCache"}));
+  EXPECT_GT(compared, 1000);
+}
+
+mx::array rows(int n, float v, int d = 64) { return mx::full({1, 2, n, d}, v, mx::bfloat16); }
+
+TEST(RotatingKVCache, TrimmableOnlyBeforeTheRingWraps) {
+  RotatingKVCache c(8);
+  c.update_and_fetch(rows(6, 1), rows(6, 1));
+  EXPECT_TRUE(c.is_trimmable());
+  EXPECT_EQ(c.trim(2), 2);
+  EXPECT_EQ(c.offset(), 4);
+  EXPECT_EQ(c.idx(), 4);
+  for (int i = 0; i < 4; ++i) c.update_and_fetch(rows(1, 2), rows(1, 2));
+  EXPECT_FALSE(c.is_trimmable());  // offset 8 == max_size
+  auto [k, v] = c.update_and_fetch(rows(1, 3), rows(1, 3));
+  EXPECT_EQ(k.shape(2), 8);  // the whole ring, in ring order
+  EXPECT_EQ(c.idx(), 1);
+}
+
+TEST(RotatingKVCache, RefusesQuantizationLikeMlxLm) {
+  RotatingKVCache c(8);
+  EXPECT_THROW(c.to_quantized(64, 4), Error);
+  EXPECT_THROW(RotatingKVCache(0), Error);
+  EXPECT_THROW(RotatingKVCache(4, 4), Error);
+}
+
+TEST(QuantizedKVCache, StoresTriplesOnly) {
+  QuantizedKVCache c(64, 4);
+  ASSERT_TRUE(c.quantization().has_value());
+  EXPECT_EQ(c.quantization()->bits, 4);
+  EXPECT_THROW(c.update_and_fetch(rows(1, 1), rows(1, 1)), Error);
+  EXPECT_THROW(c.update_and_fetch_quantized(rows(1, 1, 48), rows(1, 1, 48)), Error);
+  EXPECT_THROW(QuantizedKVCache(64, 7), Error);
+  EXPECT_THROW(QuantizedKVCache(48, 4), Error);
+  KVCache plain;
+  EXPECT_FALSE(plain.quantization().has_value());
+  EXPECT_THROW(plain.update_and_fetch_quantized(rows(1, 1), rows(1, 1)), Error);
+}
+
+// bf16 head_dim 64: 256 bytes per token and KV head for K + V; 4-bit group 64: 32 packed bytes
+// plus a bf16 scale and bias each, 72 bytes.
+TEST(QuantizedKVCache, BytesPerTokenShrinkByTheExpectedFactor) {
+  KVCache plain;
+  plain.update_and_fetch(rows(10, 1), rows(10, 1));
+  ASSERT_EQ(plain.capacity(), 256);
+  EXPECT_EQ(plain.nbytes() / plain.capacity(), 2u * 256);
+  auto q4 = plain.to_quantized(64, 4);
+  ASSERT_EQ(q4->capacity(), 256);
+  EXPECT_EQ(q4->nbytes() / q4->capacity(), 2u * 72);
+  auto q8 = plain.to_quantized(32, 8);
+  EXPECT_EQ(q8->nbytes() / q8->capacity(), 2u * 2 * (64 + 2 * 2 * 2));
+}
+
+TEST(MaybeQuantizeKVCache, ConvertsPlainCachesFromTheStartOffset) {
+  Cache cache;
+  cache.push_back(std::make_unique<KVCache>());
+  cache.push_back(std::make_unique<KVCache>());
+  cache.push_back(std::make_unique<RotatingKVCache>(8));
+  cache[0]->update_and_fetch(rows(5, 1), rows(5, 1));
+  cache[1]->update_and_fetch(rows(3, 1), rows(3, 1));
+  cache[2]->update_and_fetch(rows(3, 1), rows(3, 1));
+  GenerateOptions o;
+  maybe_quantize_kv_cache(cache, o);  // kv_bits unset: nothing happens
+  EXPECT_FALSE(cache[0]->quantization());
+  o.kv_bits = 8;
+  o.kv_group_size = 32;
+  o.quantized_kv_start = 4;
+  maybe_quantize_kv_cache(cache, o);
+  ASSERT_TRUE(cache[0]->quantization());
+  EXPECT_EQ(cache[0]->quantization()->group_size, 32);
+  EXPECT_EQ(cache[0]->offset(), 5);
+  EXPECT_FALSE(cache[1]->quantization());  // offset 3 < 4
+  EXPECT_FALSE(cache[2]->quantization());
+  o.quantized_kv_start = 3;  // now the rotating cache qualifies, and mlx-lm raises
+  EXPECT_THROW(maybe_quantize_kv_cache(cache, o), Error);
+}
+
+}  // namespace
+}  // namespace lmx
