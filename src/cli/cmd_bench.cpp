@@ -1,5 +1,6 @@
 #include <cstdio>
 #include <random>
+#include <string>
 
 #include "cli/commands.h"
 #include "core/error.h"
@@ -18,7 +19,9 @@ int cmd_bench(const Args& args) {
       {"seed", "seed of the random prompt", false, "S", "0"},
       {"json", "print one JSON line instead of text", true},
   };
-  Flags f("bench", "Measure prompt (prefill) and decode speed and peak memory.", specs);
+  for (auto& spec : kv_cache_flags()) specs.push_back(spec);
+  Flags f("bench", "Measure prompt (prefill) and decode speed, peak memory and KV cache size.",
+          specs);
   if (!f.parse(args)) {
     std::fputs(f.usage().c_str(), stdout);
     return 0;
@@ -39,15 +42,17 @@ int cmd_bench(const Args& args) {
   GenerateOptions opt;
   opt.max_tokens = gen_tokens;
   opt.ignore_eos = true;
+  set_kv_cache_options(f, opt);
   auto run = [&] { return model.generate(prompt, opt, [](const TokenOutput&) { return true; }); };
   run();  // warm-up
   double ptps = 0, gtps = 0;
   size_t peak = 0;
+  GenerationStats last;
   for (int i = 0; i < trials; ++i) {
-    GenerationStats s = run();
-    ptps += s.prompt_tps();
-    gtps += s.generation_tps();
-    peak = std::max(peak, s.peak_memory);
+    last = run();
+    ptps += last.prompt_tps();
+    gtps += last.generation_tps();
+    peak = std::max(peak, last.peak_memory);
   }
   ptps /= trials;
   gtps /= trials;
@@ -58,7 +63,10 @@ int cmd_bench(const Args& args) {
               {"gen_tokens", gen_tokens},
               {"prompt_tps", ptps},
               {"generation_tps", gtps},
-              {"peak_memory_gb", peak / 1e9}};
+              {"peak_memory_gb", peak / 1e9},
+              {"kv_bits", opt.kv_bits ? json(*opt.kv_bits) : json()},
+              {"kv_bytes", last.kv_bytes},
+              {"kv_bytes_per_token", last.kv_bytes_per_token}};
     std::printf("%s\n", j.dump().c_str());
   } else {
     std::printf("backend: %s\nmodel: %s (%s)\n", backend_description().c_str(), dir.c_str(),
@@ -66,6 +74,13 @@ int cmd_bench(const Args& args) {
     std::printf("prompt: %d tokens, %.3f tokens-per-sec\n", prompt_tokens, ptps);
     std::printf("generation: %d tokens, %.3f tokens-per-sec\n", gen_tokens, gtps);
     std::printf("peak memory: %.3f GB\n", peak / 1e9);
+    std::string kv = "unquantized";
+    if (opt.kv_bits) {
+      kv = std::to_string(*opt.kv_bits) + "-bit, group " + std::to_string(opt.kv_group_size) +
+           ", from token " + std::to_string(opt.quantized_kv_start);
+    }
+    std::printf("kv cache: %.3f MB, %.1f bytes per token (%s)\n", last.kv_bytes / 1e6,
+                last.kv_bytes_per_token, kv.c_str());
   }
   return 0;
 }

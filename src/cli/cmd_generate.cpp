@@ -26,6 +26,21 @@ std::vector<FlagSpec> sampling_flags() {
   };
 }
 
+std::vector<FlagSpec> kv_cache_flags() {
+  return {
+      {"kv-bits", "quantize the KV cache to this many bits (2-6, 8)", false, "B", "off"},
+      {"kv-group-size", "group size of the KV cache quantization", false, "N", "64"},
+      {"quantized-kv-start", "quantize the KV cache once it holds this many tokens", false, "N",
+       "5000"},
+  };
+}
+
+void set_kv_cache_options(const Flags& f, GenerateOptions& o) {
+  o.kv_bits = f.opt_integer("kv-bits");
+  o.kv_group_size = f.integer("kv-group-size", 64);
+  o.quantized_kv_start = f.integer("quantized-kv-start", 5000);
+}
+
 GenerateOptions generate_options(const Flags& f) {
   GenerateOptions o;
   o.max_tokens = f.integer("max-tokens", 256);
@@ -38,6 +53,7 @@ GenerateOptions generate_options(const Flags& f) {
   o.processors.repetition_penalty = f.opt_number("repetition-penalty");
   o.processors.repetition_context_size = f.integer("repetition-context-size", 20);
   if (auto s = f.opt_integer("seed")) o.seed = static_cast<uint64_t>(*s);
+  set_kv_cache_options(f, o);
   return o;
 }
 
@@ -52,6 +68,7 @@ std::string prompt_text(const Flags& f) {
 int cmd_generate(const Args& args) {
   Flags f("generate", "Generate text from a prompt; tokens stream to standard output.",
           sampling_flags());
+  for (auto& spec : kv_cache_flags()) f.add(spec);
   f.add({"verbose", "print speed and memory statistics to standard error", true});
   if (!f.parse(args)) {
     std::fputs(f.usage().c_str(), stdout);
@@ -71,9 +88,10 @@ int cmd_generate(const Args& args) {
     std::fprintf(stderr,
                  "prompt: %d tokens, %.3f tokens-per-sec\n"
                  "generation: %d tokens, %.3f tokens-per-sec\n"
-                 "peak memory: %.3f GB\n",
+                 "peak memory: %.3f GB\n"
+                 "kv cache: %.3f MB, %.1f bytes per token\n",
                  st.prompt_tokens, st.prompt_tps(), st.generation_tokens, st.generation_tps(),
-                 st.peak_memory / 1e9);
+                 st.peak_memory / 1e9, st.kv_bytes / 1e6, st.kv_bytes_per_token);
   }
   return 0;
 }
