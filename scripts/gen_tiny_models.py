@@ -33,6 +33,7 @@ import mlx.nn as nn
 from mlx.utils import tree_flatten, tree_unflatten
 import mlx_lm
 from mlx_lm.convert import mixed_quant_predicate_builder
+from mlx_lm.generate import maybe_quantize_kv_cache
 from mlx_lm.models.cache import make_prompt_cache
 from mlx_lm.utils import load_model, quantize_model, save_config, save_model
 
@@ -86,13 +87,86 @@ QWEN3 = dict(
 )
 
 
-def row(name, config, prompt_len, prefill_step, dtype="bfloat16", quant=None, **overrides):
-    """One model + run. quant: None, or dict(bits, group_size[, recipe])."""
+# Gemma 3 text: layers 2 and 5 global (pattern 3), the others sliding with a window of 8, far
+# below prompt + generation, so the rotating caches wrap in prefill chunks and in decode steps.
+# head_dim 32 != hidden / heads, query_pre_attn_scalar 24 != head_dim, linear RoPE scaling on the
+# global layers only.
+GEMMA3_TEXT = dict(
+    model_type="gemma3_text",
+    hidden_size=64,
+    num_hidden_layers=6,
+    intermediate_size=128,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=32,
+    rms_norm_eps=1e-6,
+    vocab_size=320,
+    rope_theta=1000000.0,
+    rope_local_base_freq=10000.0,
+    query_pre_attn_scalar=24,
+    sliding_window=8,
+    sliding_window_pattern=3,
+    max_position_embeddings=256,
+    rope_scaling={"rope_type": "linear", "factor": 2.0},
+)
+# The multimodal wrapper: text_config nested, tensors under language_model.
+GEMMA3 = dict(
+    model_type="gemma3",
+    vocab_size=320,
+    text_config=dict(GEMMA3_TEXT, num_hidden_layers=4, sliding_window_pattern=2, sliding_window=6),
+)
+# Legacy MiniCPM scalings: embed x12, residual branches x1.4/sqrt(3), head input / (64 / 16).
+MINICPM = dict(
+    model_type="minicpm",
+    hidden_size=64,
+    dim_model_base=16,
+    num_hidden_layers=3,
+    intermediate_size=128,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    rms_norm_eps=1e-5,
+    vocab_size=288,
+    scale_depth=1.4,
+    scale_emb=12,
+    max_position_embeddings=256,
+    rope_theta=10000.0,
+    tie_word_embeddings=False,
+)
+STARCODER2 = dict(
+    model_type="starcoder2",
+    hidden_size=64,
+    num_hidden_layers=2,
+    intermediate_size=256,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    norm_epsilon=1e-5,
+    vocab_size=272,
+    rope_theta=100000,
+    tie_word_embeddings=True,
+)
+
+
+def row(
+    name,
+    config,
+    prompt_len,
+    prefill_step,
+    dtype="bfloat16",
+    quant=None,
+    kv=None,
+    tied_head=False,
+    **overrides,
+):
+    """One model + run. quant: None, or dict(bits, group_size[, recipe]). kv: None, or
+    dict(bits, group_size, start) for generate_step's kv_bits / kv_group_size /
+    quantized_kv_start. tied_head: drop gemma3's lm_head (its sanitize then ties the head)."""
     return dict(
         name=name,
         config=dict(config, **overrides),
         dtype=dtype,
         quant=quant,
+        kv=kv,
+        tied_head=tied_head,
         prompt_len=prompt_len,
         prefill_step=prefill_step,
     )
@@ -100,6 +174,10 @@ def row(name, config, prompt_len, prefill_step, dtype="bfloat16", quant=None, **
 
 def q(bits, group_size=64, recipe=None):
     return dict(bits=bits, group_size=group_size, recipe=recipe)
+
+
+def kv(bits, group_size=64, start=0):
+    return dict(bits=bits, group_size=group_size, start=start)
 
 
 ROWS = [
@@ -188,6 +266,32 @@ ROWS = [
         tie_word_embeddings=False),
     row("llama_mixed_2_6", LLAMA_WIDE, 14, 2048, quant=q(2, recipe="mixed_2_6"),
         num_hidden_layers=3, tie_word_embeddings=False),
+    # --- gemma3_text / gemma3: sliding window 8 with 30-token prompts, so the ring wraps ---
+    row("gemma3_text_window8", GEMMA3_TEXT, 30, 8),
+    row("gemma3_text_window8_oneshot", GEMMA3_TEXT, 30, 2048, tied_head=True),
+    row("gemma3_text_chunk3", GEMMA3_TEXT, 30, 3, tied_head=True),
+    row("gemma3_text_f16", GEMMA3_TEXT, 26, 8, dtype="float16", tied_head=True),
+    row("gemma3_text_q4_g64", GEMMA3_TEXT, 30, 8, quant=q(4), tied_head=True),
+    row("gemma3_tied", GEMMA3, 24, 8, tied_head=True),
+    row("gemma3_untied_q4_g32", GEMMA3, 21, 2048, quant=q(4, 32)),
+    # --- minicpm (untied: mlx-lm's sanitize breaks tied checkpoints) / starcoder2 ---
+    row("minicpm", MINICPM, 25, 8),
+    row("minicpm_q4_g64", MINICPM, 19, 2048, quant=q(4)),
+    row("starcoder2_tied", STARCODER2, 23, 8),
+    row("starcoder2_untied_q4_g64", STARCODER2, 16, 2048, quant=q(4), tie_word_embeddings=False),
+    # --- quantized KV cache (generate_step kv_bits): prefill 40 + decode 16 ---
+    # converted after the first prefill chunk; GQA 2, head_dim 64
+    row("llama_kv4_g64", LLAMA, 41, 8, kv=kv(4, 64, 0), head_dim=64),
+    # converted mid-prefill (offset 24 >= 20)
+    row("llama_kv8_g64_start20", LLAMA, 41, 8, kv=kv(8, 64, 20), head_dim=64),
+    # one 40-token chunk, converted during decode (offset 44); group 32
+    row("llama_kv4_g32_start44", LLAMA, 41, 2048, kv=kv(4, 32, 44), head_dim=32),
+    # no GQA (8 KV heads of 32), 8 bits group 32
+    row("llama_kv8_g32_gqa1", LLAMA_WIDE, 41, 8, kv=kv(8, 32, 0), num_key_value_heads=8,
+        head_dim=32),
+    # 4-bit weights and a 4-bit cache; qwen3's q/k norms before the quantized attention
+    row("qwen3_q4_kv4_g32", QWEN3, 41, 8, quant=q(4), kv=kv(4, 32, 0)),
+    row("starcoder2_kv8_g32", STARCODER2, 41, 8, kv=kv(8, 32, 0), num_attention_heads=2),
 ]
 
 
@@ -232,6 +336,11 @@ def write_model(r, out):
     config = dict(r["config"], torch_dtype=r["dtype"])
     arch = importlib.import_module(f"mlx_lm.models.{config['model_type']}")
     model = arch.Model(arch.ModelArgs.from_dict(config))
+    if r["tied_head"]:
+        # What gemma3_text.sanitize does for a checkpoint without lm_head.weight.
+        text = getattr(model, "language_model", model)
+        text.tie_word_embeddings = True
+        text.pop("lm_head")
     init_weights(model)
     model.set_dtype(DTYPES[r["dtype"]])
     if (qt := r["quant"]) is not None:
@@ -259,12 +368,15 @@ def record_run(r, out):
     prompt = mx.random.randint(0, r["config"]["vocab_size"], (r["prompt_len"],), key=key).tolist()
     cache = make_prompt_cache(model)
     arrays, calls = {}, []
+    kv = r["kv"] or {}
 
     def call(tokens, kind):
         key = f"call_{len(calls):03d}"
         ids = mx.array([tokens], dtype=mx.int32)
         offset = cache[0].offset
         logits = model(ids, cache=cache)
+        # generate_step quantizes the cache after every model call (prefill chunk or step).
+        maybe_quantize_kv_cache(cache, kv.get("start"), kv.get("group_size"), kv.get("bits"))
         entry = dict(key=key, kind=kind, offset=offset, length=len(tokens))
         if kind == "prefill":
             mx.eval(logits, [c.state for c in cache])
@@ -298,6 +410,8 @@ def record_run(r, out):
         prefill_step=r["prefill_step"],
         generated=generated,
         logits_dtype=logits_dtype,
+        kv_cache=r["kv"],
+        cache_types=[type(c).__name__ for c in cache],
         calls=calls,
     )
     (out / "reference.json").write_text(json.dumps(reference, indent=1) + "\n")
@@ -336,6 +450,7 @@ def main():
                 dtype=r["dtype"],
                 logits_dtype=logits_dtype,
                 quantization=None if qt is None else {k: v for k, v in qt.items() if v},
+                kv_cache=r["kv"],
                 prompt_len=r["prompt_len"],
                 prefill_step=r["prefill_step"],
                 num_calls=num_calls,

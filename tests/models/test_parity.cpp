@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/json.h"
+#include "generate/generate.h"
 #include "io/safetensors.h"
 #include "models/model.h"
 #include "test_util.h"
@@ -45,7 +46,7 @@ std::vector<std::string> parity_rows() {
     index_error() = e.what();
     rows.clear();
   }
-  if (rows.empty()) rows.push_back(kNoIndex);
+  if (rows.empty()) rows.emplace_back(kNoIndex);
   return rows;
 }
 
@@ -62,6 +63,7 @@ struct Call {
 struct Reference {
   std::vector<Call> calls;
   std::vector<int> generated;
+  GenerateOptions kv;  // kv_bits / kv_group_size / quantized_kv_start of the run
 };
 
 Reference load_reference(const fs::path& dir) {
@@ -79,6 +81,12 @@ Reference load_reference(const fs::path& dir) {
     ref.calls.push_back(std::move(call));
   }
   ref.generated = meta.at("generated").get<std::vector<int>>();
+  if (meta.contains("kv_cache") && !meta.at("kv_cache").is_null()) {
+    const json& kv = meta.at("kv_cache");
+    ref.kv.kv_bits = kv.at("bits").get<int>();
+    ref.kv.kv_group_size = kv.at("group_size").get<int>();
+    ref.kv.quantized_kv_start = kv.at("start").get<int>();
+  }
   return ref;
 }
 
@@ -144,6 +152,8 @@ class Parity : public ::testing::TestWithParam<std::string> {
       ASSERT_EQ(cache.empty() ? 0 : cache[0]->offset(), call.offset)
           << GetParam() << " " << call.key << ": cache offset before the call";
       mx::array logits = model(input(i), cache);
+      // generate_step quantizes the cache after every model call when kv_bits is set.
+      maybe_quantize_kv_cache(cache, ref_.kv);
       if (call.eval_cache) {
         std::vector<mx::array> outputs{logits};
         for (auto& c : cache) {
