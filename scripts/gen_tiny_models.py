@@ -115,6 +115,45 @@ GEMMA3 = dict(
     vocab_size=320,
     text_config=dict(GEMMA3_TEXT, num_hidden_layers=4, sliding_window_pattern=2, sliding_window=6),
 )
+# Gemma 4 (E2B-like): layers [s, s, f, s, s, f], the last two sharing the K/V of layers 3 and 2,
+# per-layer input embeddings, head_dim 32 on sliding layers and 64 on full ones (proportional
+# RoPE over the leading quarter), double-wide MLPs on the shared layers, logit softcap 30.
+GEMMA4_TEXT = dict(
+    model_type="gemma4_text",
+    hidden_size=64,
+    num_hidden_layers=6,
+    intermediate_size=128,
+    num_attention_heads=4,
+    num_key_value_heads=1,
+    head_dim=32,
+    global_head_dim=64,
+    rms_norm_eps=1e-6,
+    vocab_size=320,
+    vocab_size_per_layer_input=320,
+    num_kv_shared_layers=2,
+    hidden_size_per_layer_input=16,
+    sliding_window=8,
+    sliding_window_pattern=3,
+    max_position_embeddings=256,
+    final_logit_softcapping=30.0,
+    tie_word_embeddings=True,
+)
+# Gemma 4 MoE (26B-A4B-like): router + 2 of 4 experts beside the dense MLP, K = V on full layers,
+# no KV sharing, no per-layer inputs.
+GEMMA4_MOE = dict(
+    GEMMA4_TEXT,
+    num_hidden_layers=4,
+    num_kv_shared_layers=0,
+    hidden_size_per_layer_input=0,
+    enable_moe_block=True,
+    num_experts=4,
+    top_k_experts=2,
+    moe_intermediate_size=64,
+    attention_k_eq_v=True,
+    num_key_value_heads=2,
+    num_global_key_value_heads=1,
+)
+GEMMA4 = dict(model_type="gemma4", vocab_size=320, text_config=dict(GEMMA4_TEXT))
 # Legacy MiniCPM scalings: embed x12, residual branches x1.4/sqrt(3), head input / (64 / 16).
 MINICPM = dict(
     model_type="minicpm",
@@ -274,6 +313,15 @@ ROWS = [
     row("gemma3_text_q4_g64", GEMMA3_TEXT, 30, 8, quant=q(4), tied_head=True),
     row("gemma3_tied", GEMMA3, 24, 8, tied_head=True),
     row("gemma3_untied_q4_g32", GEMMA3, 21, 2048, quant=q(4, 32)),
+    # --- gemma4_text / gemma4: KV sharing, per-layer inputs, MoE (sorted when L * k >= 64) ---
+    row("gemma4_text_ple", GEMMA4_TEXT, 30, 8),
+    row("gemma4_text_ple_oneshot", GEMMA4_TEXT, 30, 2048),
+    row("gemma4_text_q4_g64", GEMMA4_TEXT, 27, 8, quant=q(4), tie_word_embeddings=False),
+    # (float experts in f32: MLX's CPU gather_mm supports nothing else; quantized ones in bf16)
+    row("gemma4_moe_f32", GEMMA4_MOE, 30, 8, dtype="float32"),
+    row("gemma4_moe_sorted_f32", GEMMA4_MOE, 41, 2048, dtype="float32"),
+    row("gemma4_moe_q4_g64", GEMMA4_MOE, 41, 2048, quant=q(4)),
+    row("gemma4_wrapper", GEMMA4, 22, 8),
     # --- minicpm (untied: mlx-lm's sanitize breaks tied checkpoints) / starcoder2 ---
     row("minicpm", MINICPM, 25, 8),
     row("minicpm_q4_g64", MINICPM, 19, 2048, quant=q(4)),
@@ -301,13 +349,16 @@ def seed_of(name):
 
 def init_weights(model):
     """Re-draws every parameter so activations stay O(1) and attention is not uniform: Linear
-    weights N(0, 1/in), embeddings N(0, 0.3^2), norm weights 1 + N(0, 0.1^2), biases N(0, 0.1^2)."""
+    weights N(0, 1/in), embeddings N(0, 0.3^2), norm weights and gemma4's scalars
+    1 + N(0, 0.1^2), biases N(0, 0.1^2)."""
     params = []
     for name, p in sorted(tree_flatten(model.parameters())):
         noise = mx.random.normal(p.shape, dtype=mx.float32)
         if name.endswith(".bias"):
             value = 0.1 * noise
         elif "norm" in name.rsplit(".", 2)[-2]:
+            value = 1.0 + 0.1 * noise
+        elif name.endswith(("layer_scalar", "router.scale", "per_expert_scale")):
             value = 1.0 + 0.1 * noise
         elif "embed_tokens" in name:
             value = 0.3 * noise

@@ -1,6 +1,7 @@
 #include "nn/layers.h"
 
 #include <cmath>
+#include <limits>
 #include <numbers>
 
 #include "core/error.h"
@@ -242,8 +243,21 @@ RoPE make_rope(int dims, float base, bool traditional, const json& scaling,
     r.mscale = y.mscale;
     return r;
   }
+  if (type == "proportional") {
+    // Gemma 4's ProportionalRoPE: the leading rotated_dims frequencies base^(i / dims) (scaled
+    // by factor), infinite ones (no rotation) for the rest of the head.
+    const int rotated = static_cast<int>(dims * num(scaling, "partial_rotary_factor", 1.0));
+    check(rotated <= dims, source, "partial_rotary_factor must be <= 1, got ",
+          num(scaling, "partial_rotary_factor", 1.0));
+    mx::array exps = mx::divide(mx::arange(0, rotated, 2, mx::float32), f32(dims));
+    r.base.reset();
+    r.freqs =
+        mx::concatenate({mx::multiply(f32(num(scaling, "factor", 1.0)), mx::power(f32(base), exps)),
+                         mx::full({(dims - rotated) / 2}, std::numeric_limits<float>::infinity())});
+    return r;
+  }
   fail(source, "unsupported rope_scaling type '", type,
-       "', expected one of default, linear, dynamic, llama3, yarn");
+       "', expected one of default, linear, dynamic, llama3, yarn, proportional");
 }
 
 mx::array swiglu(const mx::array& gate, const mx::array& x) {

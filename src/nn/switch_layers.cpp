@@ -1,0 +1,61 @@
+#include "nn/switch_layers.h"
+
+namespace lmx::nn {
+
+SwitchLinear SwitchLinear::load(WeightStore& w, const std::string& path, int in, int out,
+                                int experts, bool has_bias) {
+  SwitchLinear l;
+  l.quant = w.quant_for(path, in);
+  if (l.quant) {
+    const int groups = in / l.quant->group_size;
+    l.weight = w.take(path + ".weight", {experts, out, in * l.quant->bits / 32});
+    l.scales = w.take(path + ".scales", {experts, out, groups});
+    l.biases = w.take_optional(path + ".biases", {experts, out, groups});
+  } else {
+    l.weight = w.take(path + ".weight", {experts, out, in});
+  }
+  if (has_bias) l.bias = w.take(path + ".bias", {experts, out});
+  return l;
+}
+
+mx::array SwitchLinear::operator()(const mx::array& x, const mx::array& indices,
+                                   bool sorted_indices) const {
+  mx::array y =
+      quant ? mx::gather_qmm(x, weight, *scales, biases, std::nullopt, indices,
+                             /*transpose=*/true, quant->group_size, quant->bits, quant->mode,
+                             std::nullopt, sorted_indices)
+            : mx::gather_mm(x, mx::swapaxes(weight, -1, -2), std::nullopt, indices, sorted_indices);
+  if (bias) y = mx::add(y, mx::expand_dims(mx::take(*bias, indices, 0), -2));
+  return y;
+}
+
+SwitchGLU SwitchGLU::load(WeightStore& w, const std::string& p, int dims, int hidden, int experts,
+                          bool bias) {
+  return {SwitchLinear::load(w, p + ".gate_proj", dims, hidden, experts, bias),
+          SwitchLinear::load(w, p + ".up_proj", dims, hidden, experts, bias),
+          SwitchLinear::load(w, p + ".down_proj", hidden, dims, experts, bias),
+          [](const mx::array& x_up, const mx::array& x_gate) { return swiglu(x_gate, x_up); }};
+}
+
+mx::array SwitchGLU::operator()(const mx::array& x_in, const mx::array& indices) const {
+  mx::array x = mx::expand_dims(x_in, {-2, -3});  // (B, L, 1, 1, dims)
+  const bool do_sort = indices.size() >= 64;
+  mx::array idx = indices;
+  std::optional<mx::array> inv_order;
+  if (do_sort) {
+    // _gather_sort: one row per (token, expert) pair, ordered by expert.
+    const int M = indices.shape(-1);
+    mx::array flat = mx::flatten(indices);
+    mx::array order = mx::argsort(flat);
+    inv_order = mx::argsort(order);
+    x = mx::take(mx::flatten(x, 0, -3), mx::floor_divide(order, mx::array(M, order.dtype())), 0);
+    idx = mx::take(flat, order, 0);
+  }
+  mx::array x_up = up_proj(x, idx, do_sort);
+  mx::array x_gate = gate_proj(x, idx, do_sort);
+  x = down_proj(activation(x_up, x_gate), idx, do_sort);
+  if (do_sort) x = mx::unflatten(mx::take(x, *inv_order, 0), 0, indices.shape());
+  return mx::squeeze(x, -2);
+}
+
+}  // namespace lmx::nn
