@@ -7,14 +7,16 @@ trim, is_trimmable, to_quantized. tests/unit/test_caches.cpp replays them on lmx
 requires identical outputs (every bit), offsets and ring positions.
 
 usage: gen_cache_fixtures.py OUT_DIR
-writes OUT_DIR/caches.json (the scenarios) and OUT_DIR/caches.safetensors (the arrays)
+writes OUT_DIR/caches.json (the scenarios) and OUT_DIR/caches.safetensors (the arrays), and
+OUT_DIR/prompt_cache.safetensors, a mixed prompt cache written by mlx-lm's save_prompt_cache
 """
 import json
 import sys
 from pathlib import Path
 
 import mlx.core as mx
-from mlx_lm.models.cache import KVCache, QuantizedKVCache, RotatingKVCache
+from mlx_lm.models.cache import (KVCache, QuantizedKVCache, RotatingKVCache, load_prompt_cache,
+                                 save_prompt_cache)
 
 B, H = 1, 2
 
@@ -156,6 +158,44 @@ def kv_to_quantized(arrays, group_size, bits):
     return r.result()
 
 
+def prompt_cache(out, arrays):
+    """A mixed prompt cache saved by mlx-lm's save_prompt_cache, loaded back with
+    load_prompt_cache, and one more single-token write on every loaded cache."""
+
+    def kv(n, D=64):
+        k = mx.random.normal((B, H, n, D)).astype(mx.bfloat16)
+        return k, mx.random.normal((B, H, n, D)).astype(mx.bfloat16)
+
+    caches = [KVCache(), RotatingKVCache(16, keep=2), RotatingKVCache(16), KVCache(),
+              QuantizedKVCache(group_size=32, bits=8), KVCache()]
+    caches[0].update_and_fetch(*kv(20))
+    caches[1].update_and_fetch(*kv(10))
+    for _ in range(10):  # wraps: offset 20 > 16
+        caches[1].update_and_fetch(*kv(1))
+    caches[2].update_and_fetch(*kv(5))
+    caches[4].update_and_fetch(*kv(7))
+    caches[5].update_and_fetch(*kv(3))
+    caches[5] = caches[5].to_quantized(group_size=64, bits=4)
+    metadata = {"model": "tiny", "tokens": "20"}
+    save_prompt_cache(str(out / "prompt_cache.safetensors"), caches, metadata)
+    loaded = load_prompt_cache(str(out / "prompt_cache.safetensors"))
+    steps = []
+    for i, c in enumerate(loaded):
+        k, v = kv(1)
+        key = f"prompt_cache.{i}"
+        arrays[f"{key}.in.keys"], arrays[f"{key}.in.values"] = mx.array(k), mx.array(v)
+        keys, values = c.update_and_fetch(k, v)
+        quantized = isinstance(keys, (tuple, list))
+        for name, got in (("keys", keys), ("values", values)):
+            for j, a in enumerate(got if quantized else [got]):
+                arrays[f"{key}.out.{name}.{j}"] = mx.array(a)
+        after = dict(offset=c.offset)
+        if isinstance(c, RotatingKVCache):
+            after["idx"] = c._idx
+        steps.append(dict(cls=type(c).__name__, quantized=quantized, after=after))
+    return dict(file="prompt_cache.safetensors", metadata=metadata, steps=steps)
+
+
 def main():
     out = Path(sys.argv[1])
     out.mkdir(parents=True, exist_ok=True)
@@ -173,8 +213,10 @@ def main():
             scenarios.append(quantized(arrays, group_size, bits))
     scenarios.append(kv_to_quantized(arrays, 64, 4))
     scenarios.append(kv_to_quantized(arrays, 32, 8))
+    pc = prompt_cache(out, arrays)
     mx.save_safetensors(str(out / "caches.safetensors"), arrays, metadata={"format": "mlx"})
-    (out / "caches.json").write_text(json.dumps(dict(scenarios=scenarios), indent=1) + "\n")
+    (out / "caches.json").write_text(
+        json.dumps(dict(scenarios=scenarios, prompt_cache=pc), indent=1) + "\n")
     size = (out / "caches.safetensors").stat().st_size
     print(f"gen_cache_fixtures: {len(scenarios)} scenarios, {len(arrays)} arrays, "
           f"{size / 1e6:.1f} MB in {out}")

@@ -74,6 +74,13 @@ std::vector<mx::array> KVCache::state() const {
 
 size_t KVCache::nbytes() const { return keys_ ? keys_->nbytes() + values_->nbytes() : 0; }
 
+void KVCache::set_state(std::optional<mx::array> keys, std::optional<mx::array> values,
+                        int offset) {
+  keys_ = std::move(keys);
+  values_ = std::move(values);
+  offset_ = offset;
+}
+
 std::unique_ptr<KVCacheBase> KVCache::to_quantized(int group_size, int bits) const {
   auto q = std::make_unique<QuantizedKVCache>(group_size, bits);
   if (keys_) {

@@ -81,6 +81,8 @@ class KVCache : public KVCacheBase {
   int capacity() const override { return keys_ ? keys_->shape(2) : 0; }
   // The whole buffer (padding rows included) quantized, as mlx-lm does.
   std::unique_ptr<KVCacheBase> to_quantized(int group_size, int bits) const override;
+  // mlx-lm's state setter (load_prompt_cache): whole buffers (unset when empty) and offset.
+  void set_state(std::optional<mx::array> keys, std::optional<mx::array> values, int offset);
 
  private:
   std::optional<mx::array> keys_, values_;

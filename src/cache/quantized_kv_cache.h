@@ -33,9 +33,12 @@ class QuantizedKVCache : public KVCacheBase {
     return KVQuantization{group_size_, bits_};
   }
 
-  // KVCache::to_quantized's hand-over: whole buffers (unset before the first write) and offset.
+  // KVCache::to_quantized's hand-over and load_prompt_cache: whole buffers (unset before the
+  // first write) and offset.
   void set_state(std::optional<QuantizedArray> keys, std::optional<QuantizedArray> values,
                  int offset);
+  int group_size() const { return group_size_; }
+  int bits() const { return bits_; }
 
  private:
   std::optional<QuantizedArray> keys_, values_;

@@ -135,6 +135,14 @@ std::vector<mx::array> RotatingKVCache::state() const {
 
 size_t RotatingKVCache::nbytes() const { return keys_ ? keys_->nbytes() + values_->nbytes() : 0; }
 
+void RotatingKVCache::set_state(std::optional<mx::array> keys, std::optional<mx::array> values,
+                                int offset, int idx) {
+  keys_ = std::move(keys);
+  values_ = std::move(values);
+  offset_ = offset;
+  idx_ = idx;
+}
+
 std::unique_ptr<KVCacheBase> RotatingKVCache::to_quantized(int, int) const {
   fail(kWhere,
        "KV quantization of a sliding-window cache is not implemented (mlx-lm raises "

@@ -30,6 +30,9 @@ class RotatingKVCache : public KVCacheBase {
   int max_size() const { return max_size_; }
   int keep() const { return keep_; }
   int idx() const { return idx_; }  // the next write position in the ring
+  // mlx-lm's state setter (load_prompt_cache): buffers as stored (unset when empty).
+  void set_state(std::optional<mx::array> keys, std::optional<mx::array> values, int offset,
+                 int idx);
 
  private:
   std::pair<mx::array, mx::array> update_in_place(const mx::array& keys, const mx::array& values);

@@ -2,10 +2,13 @@
 // operation replayed on lmx's cache, returned keys/values (or quantized triples), masks, offsets
 // and ring positions identical.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "cache/prompt_cache.h"
 #include "cache/quantized_kv_cache.h"
 #include "cache/rotating_kv_cache.h"
 #include "core/error.h"
@@ -150,6 +153,84 @@ TEST(CacheFixtures, EveryOperationMatchesMlxLm) {
   EXPECT_GE(scenarios, 10);
   EXPECT_EQ(types, (std::set<std::string>{"KVCache", "QuantizedKVCache", "RotatingKVCache"}));
   EXPECT_GT(compared, 1000);
+}
+
+// One more write on every cache loaded from mlx-lm's prompt-cache file: outputs and state as
+// mlx-lm's loaded caches gave them.
+void continue_like_mlx_lm(const Fixtures& f, Cache& cache, const json& steps) {
+  ASSERT_EQ(cache.size(), steps.size());
+  for (size_t i = 0; i < cache.size(); ++i) {
+    const json& step = steps[i];
+    const std::string key = "prompt_cache." + std::to_string(i);
+    const std::string where = key + " (" + step.at("cls").get<std::string>() + ")";
+    const mx::array& k = f.at(key + ".in.keys");
+    const mx::array& v = f.at(key + ".in.values");
+    std::vector<mx::array> got;
+    if (step.at("quantized").get<bool>()) {
+      ASSERT_TRUE(cache[i]->quantization()) << where;
+      auto [qk, qv] = cache[i]->update_and_fetch_quantized(k, v);
+      got = {qk.packed, qk.scales, qk.biases, qv.packed, qv.scales, qv.biases};
+    } else {
+      auto [keys, values] = cache[i]->update_and_fetch(k, v);
+      got = {keys, values};
+    }
+    const size_t per = got.size() / 2;
+    for (size_t j = 0; j < got.size(); ++j) {
+      const std::string name =
+          key + ".out." + (j < per ? "keys." : "values.") + std::to_string(j % per);
+      EXPECT_TRUE(identical(got[j], f.at(name))) << where << ": " << name;
+    }
+    expect_state(*cache[i], step.at("after"), where);
+  }
+}
+
+TEST(PromptCache, LoadsMlxLmFilesAndContinuesIdentically) {
+  Fixtures f;
+  const json& pc = f.meta.at("prompt_cache");
+  PromptCache loaded =
+      load_prompt_cache(test::data_path("caches/" + pc.at("file").get<std::string>()));
+  EXPECT_EQ(loaded.metadata, (pc.at("metadata").get<Metadata>()));
+  ASSERT_EQ(loaded.cache.size(), 6u);
+  EXPECT_NE(dynamic_cast<RotatingKVCache*>(loaded.cache[1].get()), nullptr);
+  EXPECT_EQ(dynamic_cast<RotatingKVCache*>(loaded.cache[1].get())->keep(), 2);
+  EXPECT_EQ(loaded.cache[3]->offset(), 0);  // saved empty
+  continue_like_mlx_lm(f, loaded.cache, pc.at("steps"));
+}
+
+// Saving what was loaded writes mlx-lm's layout exactly: the same metadata entries and arrays.
+TEST(PromptCache, SavesMlxLmLayout) {
+  Fixtures f;
+  const json& pc = f.meta.at("prompt_cache");
+  const auto theirs = test::data_path("caches/" + pc.at("file").get<std::string>());
+  PromptCache loaded = load_prompt_cache(theirs);
+  const auto ours = std::filesystem::temp_directory_path() /
+                    ("lmx_prompt_cache_" + std::to_string(::getpid()) + ".safetensors");
+  save_prompt_cache(ours, loaded.cache, loaded.metadata);
+  Metadata their_meta, our_meta;
+  Weights their_arrays = load_safetensors(theirs, &their_meta);
+  Weights our_arrays = load_safetensors(ours, &our_meta);
+  EXPECT_EQ(our_meta, their_meta);
+  ASSERT_EQ(our_arrays.size(), their_arrays.size());
+  for (const auto& [k, a] : their_arrays) {
+    auto it = our_arrays.find(k);
+    if (it == our_arrays.end()) {
+      ADD_FAILURE() << "missing array " << k;
+      continue;
+    }
+    EXPECT_TRUE(identical(it->second, a)) << k;
+  }
+  // And the round trip continues like mlx-lm too.
+  PromptCache again = load_prompt_cache(ours);
+  std::filesystem::remove(ours);
+  continue_like_mlx_lm(f, again.cache, pc.at("steps"));
+}
+
+TEST(PromptCache, RejectsUnknownClasses) {
+  const auto path = std::filesystem::temp_directory_path() /
+                    ("lmx_prompt_cache_bad_" + std::to_string(::getpid()) + ".safetensors");
+  save_safetensors(path, {{"0.0", mx::array(1)}}, {{"1.0", "ArraysCache"}, {"2.0", ""}});
+  EXPECT_THROW(load_prompt_cache(path), Error);
+  std::filesystem::remove(path);
 }
 
 mx::array rows(int n, float v, int d = 64) { return mx::full({1, 2, n, d}, v, mx::bfloat16); }

@@ -1,0 +1,163 @@
+#include "cache/prompt_cache.h"
+
+#include <utility>
+
+#include "cache/quantized_kv_cache.h"
+#include "cache/rotating_kv_cache.h"
+#include "core/error.h"
+
+namespace lmx {
+
+namespace {
+
+// tree_flatten of [cache.state for cache in caches], with mlx-lm's scalar bookkeeping.
+class StateWriter {
+ public:
+  void array(const std::string& key, const mx::array& a) { arrays_.insert_or_assign(key, a); }
+  void scalar(const std::string& key, int v) {
+    array(key, mx::array(v));
+    scalars_.emplace_back(key, "scalar");
+  }
+  void none(const std::string& key) {
+    array(key, mx::zeros({0}, mx::float32));
+    scalars_.emplace_back(key, "none");
+  }
+  void optional(const std::string& key, const std::optional<mx::array>& a) {
+    if (a) {
+      array(key, *a);
+    } else {
+      none(key);
+    }
+  }
+
+  Weights arrays_;
+  std::vector<std::pair<std::string, std::string>> scalars_;
+};
+
+}  // namespace
+
+void save_prompt_cache(const std::filesystem::path& file, const Cache& cache,
+                       const Metadata& metadata) {
+  StateWriter w;
+  Metadata meta;
+  for (const auto& [k, v] : metadata) meta["0." + k] = v;
+  for (size_t i = 0; i < cache.size(); ++i) {
+    const std::string p = std::to_string(i) + ".";
+    const KVCacheBase* c = cache[i].get();
+    std::vector<mx::array> state = c->state();
+    auto at = [&](size_t j) -> std::optional<mx::array> {
+      if (state.empty()) return std::nullopt;
+      return state[j];
+    };
+    std::string cls;
+    if (const auto* r = dynamic_cast<const RotatingKVCache*>(c)) {
+      cls = "RotatingKVCache";
+      w.optional(p + "0", at(0));
+      w.optional(p + "1", at(1));
+      w.scalar(p + "2", r->offset());
+      w.scalar(p + "3", r->keep());
+      w.scalar(p + "4", r->max_size());
+      w.scalar(p + "5", r->idx());
+    } else if (const auto* q = dynamic_cast<const QuantizedKVCache*>(c)) {
+      cls = "QuantizedKVCache";
+      for (int kv = 0; kv < 2; ++kv) {
+        const std::string key = p + std::to_string(kv);
+        if (state.empty()) {
+          w.none(key);
+        } else {
+          for (int part = 0; part < 3; ++part)
+            w.array(key + "." + std::to_string(part), state[kv * 3 + part]);
+        }
+      }
+      w.scalar(p + "2", q->offset());
+      w.scalar(p + "3", q->group_size());
+      w.scalar(p + "4", q->bits());
+    } else if (dynamic_cast<const KVCache*>(c)) {
+      cls = "KVCache";
+      w.optional(p + "0", at(0));
+      w.optional(p + "1", at(1));
+      w.scalar(p + "2", c->offset());
+    } else {
+      fail(file.string(), "layer ", i,
+           ": only KVCache, RotatingKVCache and QuantizedKVCache can be saved");
+    }
+    meta["1." + std::to_string(i)] = cls;
+  }
+  meta["2.0"] = "";
+  for (size_t n = 0; n < w.scalars_.size(); ++n) {
+    const std::string p = "2." + std::to_string(n + 1) + ".";
+    meta[p + "0"] = w.scalars_[n].first;
+    meta[p + "1"] = w.scalars_[n].second;
+  }
+  save_safetensors(file, w.arrays_, meta);
+}
+
+PromptCache load_prompt_cache(const std::filesystem::path& file) {
+  const std::string where = file.string();
+  Metadata meta;
+  Weights arrays = load_safetensors(file, &meta);
+  PromptCache out;
+  std::map<int, std::string> classes;
+  std::map<std::string, std::string> kinds;  // array key -> "scalar" / "none"
+  std::map<int, std::pair<std::string, std::string>> scalars;
+  for (const auto& [k, v] : meta) {
+    if (k.starts_with("0.")) {
+      out.metadata[k.substr(2)] = v;
+    } else if (k.starts_with("1.")) {
+      classes[std::stoi(k.substr(2))] = v;
+    } else if (k.starts_with("2.") && k != "2.0") {
+      const size_t dot = k.find('.', 2);
+      check(dot != std::string::npos, where, "bad prompt-cache metadata key '", k, "'");
+      auto& s = scalars[std::stoi(k.substr(2, dot - 2))];
+      (k.substr(dot + 1) == "0" ? s.first : s.second) = v;
+    }
+  }
+  for (const auto& [n, s] : scalars) kinds[s.first] = s.second;
+  auto get = [&](const std::string& key) -> const mx::array& {
+    auto it = arrays.find(key);
+    check(it != arrays.end(), where, "prompt cache: missing array '", key, "'");
+    return it->second;
+  };
+  auto is_none = [&](const std::string& key) {
+    auto it = kinds.find(key);
+    return it != kinds.end() && it->second == "none";
+  };
+  auto scalar = [&](const std::string& key) {
+    const mx::array& a = get(key);
+    check(a.ndim() == 0 && kinds[key] == "scalar", where, "prompt cache: '", key,
+          "' should be a scalar, got shape ", shape_str(a.shape()));
+    return mx::astype(a, mx::int32).item<int>();
+  };
+  auto optional = [&](const std::string& key) -> std::optional<mx::array> {
+    if (is_none(key)) return std::nullopt;
+    return get(key);
+  };
+  int expect = 0;
+  for (const auto& [i, cls] : classes) {
+    check(i == expect++, where, "prompt cache: class entries are not numbered 0..n-1");
+    const std::string p = std::to_string(i) + ".";
+    if (cls == "KVCache") {
+      auto c = std::make_unique<KVCache>();
+      c->set_state(optional(p + "0"), optional(p + "1"), scalar(p + "2"));
+      out.cache.push_back(std::move(c));
+    } else if (cls == "RotatingKVCache") {
+      auto c = std::make_unique<RotatingKVCache>(scalar(p + "4"), scalar(p + "3"));
+      c->set_state(optional(p + "0"), optional(p + "1"), scalar(p + "2"), scalar(p + "5"));
+      out.cache.push_back(std::move(c));
+    } else if (cls == "QuantizedKVCache") {
+      auto c = std::make_unique<QuantizedKVCache>(scalar(p + "3"), scalar(p + "4"));
+      auto triple = [&](const std::string& key) -> std::optional<QuantizedArray> {
+        if (is_none(key)) return std::nullopt;
+        return QuantizedArray{get(key + ".0"), get(key + ".1"), get(key + ".2")};
+      };
+      c->set_state(triple(p + "0"), triple(p + "1"), scalar(p + "2"));
+      out.cache.push_back(std::move(c));
+    } else {
+      fail(where, "layer ", i, ": unsupported prompt-cache class '", cls,
+           "', expected KVCache, RotatingKVCache or QuantizedKVCache");
+    }
+  }
+  return out;
+}
+
+}  // namespace lmx
