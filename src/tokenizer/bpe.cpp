@@ -1,0 +1,233 @@
+#include "tokenizer/bpe.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <mutex>
+
+#include "tokenizer/unicode.h"
+
+namespace lmx::tok {
+
+BpeModel::BpeModel(const Node& model) : file_(model.file()) {
+  // dropout is ignored on purpose: encoding stays deterministic.
+  unk_token_ = model.opt_str("unk_token");
+  continuing_subword_prefix_ = model.str("continuing_subword_prefix", "");
+  end_of_word_suffix_ = model.str("end_of_word_suffix", "");
+  fuse_unk_ = model.boolean("fuse_unk", false);
+  byte_fallback_ = model.boolean("byte_fallback", false);
+  ignore_merges_ = model.boolean("ignore_merges", false);
+
+  Node vocab = model.at("vocab");
+  if (!vocab.raw().is_object())
+    vocab.fail("expected an object {token: id}, got ", Node::kind(vocab.raw()));
+  vocab_.reserve(vocab.raw().size());
+  int max_id = -1;
+  for (const auto& [token, id_json] : vocab.raw().items()) {
+    if (!id_json.is_number_integer() || id_json.get<int64_t>() < 0 ||
+        id_json.get<int64_t>() > INT32_MAX) {
+      vocab.fail("expected a non-negative integer id for \"", token, "\", got ", id_json.dump());
+    }
+    int id = int(id_json.get<int64_t>());
+    vocab_.insert_or_assign(token, id);
+    max_id = std::max(max_id, id);
+  }
+  by_id_.assign(size_t(max_id) + 1, nullptr);
+  for (const auto& [token, id] : vocab_) by_id_[size_t(id)] = &token;
+
+  Node merges = model.at("merges");
+  size_t n = merges.size();
+  merges_.reserve(n);
+  size_t prefix_len = continuing_subword_prefix_.size();
+  for (size_t rank = 0; rank < n; ++rank) {
+    Node m = merges[rank];
+    std::string left, right;
+    if (m.raw().is_string()) {
+      std::string s = m.as_string();
+      size_t space = s.find(' ');
+      if (space == std::string::npos || s.find(' ', space + 1) != std::string::npos) {
+        m.fail("expected \"left right\" (exactly one space), got \"", s, "\"");
+      }
+      left = s.substr(0, space);
+      right = s.substr(space + 1);
+    } else if (m.raw().is_array() && m.raw().size() == 2 && m.raw()[0].is_string() &&
+               m.raw()[1].is_string()) {
+      left = m.raw()[0].get<std::string>();
+      right = m.raw()[1].get<std::string>();
+    } else {
+      m.fail("expected \"left right\" or [left, right], got ", m.raw().dump());
+    }
+    auto a = vocab_.find(left), b = vocab_.find(right);
+    if (a == vocab_.end()) m.fail("token \"", left, "\" is not in model.vocab");
+    if (b == vocab_.end()) m.fail("token \"", right, "\" is not in model.vocab");
+    std::string merged = left;
+    if (prefix_len > 0 && right.compare(0, prefix_len, continuing_subword_prefix_) == 0) {
+      merged.append(right, prefix_len, std::string::npos);
+    } else {
+      merged.append(right);
+    }
+    auto c = vocab_.find(merged);
+    if (c == vocab_.end()) m.fail("merged token \"", merged, "\" is not in model.vocab");
+    // A repeated pair keeps its last rank, as in `tokenizers`.
+    merges_.insert_or_assign(pair_key(a->second, b->second), Merge{uint32_t(rank), c->second});
+  }
+
+  byte_ids_.fill(-1);
+  if (byte_fallback_) {
+    for (int byte = 0; byte < 256; ++byte) {
+      char name[8];
+      std::snprintf(name, sizeof(name), "<0x%02X>", byte);
+      if (auto it = vocab_.find(std::string_view(name)); it != vocab_.end()) {
+        byte_ids_[byte] = it->second;
+      }
+    }
+  }
+}
+
+std::optional<int> BpeModel::token_to_id(std::string_view token) const {
+  auto it = vocab_.find(token);
+  if (it == vocab_.end()) return std::nullopt;
+  return it->second;
+}
+
+const std::string* BpeModel::id_to_token(int id) const {
+  if (id < 0 || size_t(id) >= by_id_.size()) return nullptr;
+  return by_id_[size_t(id)];
+}
+
+int BpeModel::unk_id() const {
+  auto it = vocab_.find(*unk_token_);
+  if (it == vocab_.end()) {
+    fail(file_, "model.unk_token: needed for a character outside the vocab, expected a token of ",
+         "model.vocab, got \"", *unk_token_, "\"");
+  }
+  return it->second;
+}
+
+void BpeModel::tokenize(std::string_view word, std::vector<int>& out) const {
+  if (word.empty()) return;
+  if (ignore_merges_) {
+    if (auto it = vocab_.find(word); it != vocab_.end()) {
+      out.push_back(it->second);
+      return;
+    }
+  }
+  bool cacheable = word.size() < kMaxCachedWord;
+  if (cacheable) {
+    std::shared_lock lock(cache_mutex_);
+    if (auto it = cache_.find(word); it != cache_.end()) {
+      out.insert(out.end(), it->second.begin(), it->second.end());
+      return;
+    }
+  }
+  size_t first = out.size();
+  merge_word(word, out);
+  if (cacheable) {
+    std::unique_lock lock(cache_mutex_);
+    if (cache_.size() < kCacheCapacity) {
+      cache_.try_emplace(std::string(word), out.begin() + std::ptrdiff_t(first), out.end());
+    }
+  }
+}
+
+void BpeModel::merge_word(std::string_view word, std::vector<int>& out) const {
+  struct Symbol {
+    int id;
+    int prev;
+    int next;
+    bool alive;
+  };
+  thread_local std::vector<Symbol> symbols;
+  symbols.clear();
+  auto add = [&](int id) {
+    int index = int(symbols.size());
+    symbols.push_back({id, index - 1, index + 1, true});
+  };
+
+  // Initial symbols: one per character, with byte fallback and unknown handling mirroring
+  // `tokenizers` (a pending unknown is only flushed by the next in-vocab character).
+  int pending_unk = -1;
+  std::string piece;
+  size_t i = 0;
+  while (i < word.size()) {
+    size_t start = i;
+    i += utf8_seq_len(static_cast<unsigned char>(word[i]));
+    std::string_view ch = word.substr(start, i - start);
+    std::string_view key = ch;
+    if ((start > 0 && !continuing_subword_prefix_.empty()) ||
+        (i == word.size() && !end_of_word_suffix_.empty())) {
+      piece.clear();
+      if (start > 0) piece.append(continuing_subword_prefix_);
+      piece.append(ch);
+      if (i == word.size()) piece.append(end_of_word_suffix_);
+      key = piece;
+    }
+    if (auto it = vocab_.find(key); it != vocab_.end()) {
+      if (pending_unk >= 0) {
+        add(pending_unk);
+        pending_unk = -1;
+      }
+      add(it->second);
+      continue;
+    }
+    if (byte_fallback_) {
+      bool all = std::all_of(key.begin(), key.end(),
+                             [&](char c) { return byte_ids_[static_cast<unsigned char>(c)] >= 0; });
+      if (all) {
+        for (char c : key) add(byte_ids_[static_cast<unsigned char>(c)]);
+        continue;
+      }
+    }
+    if (unk_token_) {
+      int unk = unk_id();
+      if (pending_unk >= 0 && !fuse_unk_) add(pending_unk);
+      pending_unk = unk;
+    }
+  }
+  if (pending_unk >= 0) add(pending_unk);
+  if (symbols.empty()) return;
+  symbols.back().next = -1;
+
+  struct Candidate {
+    uint32_t rank;
+    int pos;
+    int new_id;
+  };
+  // Min-heap on (rank, pos): lowest rank first, leftmost among equal ranks.
+  auto later = [](const Candidate& a, const Candidate& b) {
+    return a.rank != b.rank ? a.rank > b.rank : a.pos > b.pos;
+  };
+  thread_local std::vector<Candidate> heap;
+  heap.clear();
+  auto push_pair = [&](int pos) {
+    int next = symbols[size_t(pos)].next;
+    if (next < 0) return;
+    auto it = merges_.find(pair_key(symbols[size_t(pos)].id, symbols[size_t(next)].id));
+    if (it == merges_.end()) return;
+    heap.push_back({it->second.rank, pos, it->second.new_id});
+    std::push_heap(heap.begin(), heap.end(), later);
+  };
+  for (int p = 0; p + 1 < int(symbols.size()); ++p) push_pair(p);
+
+  while (!heap.empty()) {
+    std::pop_heap(heap.begin(), heap.end(), later);
+    Candidate top = heap.back();
+    heap.pop_back();
+    Symbol& left = symbols[size_t(top.pos)];
+    if (!left.alive || left.next < 0) continue;
+    Symbol& right = symbols[size_t(left.next)];
+    // Entries go stale when a neighbour merged first; the pair's current result tells.
+    auto it = merges_.find(pair_key(left.id, right.id));
+    if (it == merges_.end() || it->second.new_id != top.new_id) continue;
+    left.id = top.new_id;
+    right.alive = false;
+    left.next = right.next;
+    if (right.next >= 0) symbols[size_t(right.next)].prev = top.pos;
+    if (left.prev >= 0) push_pair(left.prev);
+    push_pair(top.pos);
+  }
+  for (const Symbol& s : symbols) {
+    if (s.alive) out.push_back(s.id);
+  }
+}
+
+}  // namespace lmx::tok
