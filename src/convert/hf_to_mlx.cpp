@@ -1,0 +1,182 @@
+// HF safetensors -> MLX, reproducing mlx_lm.convert (mlx-lm 0.32): load with the architecture's
+// sanitize, cast floating parameters to the dtype, quantize Linear/Embedding weights whose last dim
+// divides by the group size, save like save_model / save_config, copy the tokenizer files.
+#include <chrono>
+#include <cstdio>
+#include <set>
+
+#include "convert/common.h"
+#include "convert/convert.h"
+#include "convert/mlx_writer.h"
+#include "core/error.h"
+
+namespace lmx::convert {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// Architectures whose sanitize is reproduced here.
+const std::set<std::string> kSupportedTypes = {"llama", "mistral", "qwen2", "qwen3", "gemma3_text"};
+
+// Tokenizer and side files mlx-lm's save writes or copies (tokenizer.save_pretrained writes the
+// tokenizer files; *.py and generation_config.json are copied).
+const char* kCopiedFiles[] = {"tokenizer.json",
+                              "tokenizer_config.json",
+                              "special_tokens_map.json",
+                              "tokenizer.model",
+                              "vocab.json",
+                              "merges.txt",
+                              "added_tokens.json",
+                              "chat_template.jinja",
+                              "chat_template.json",
+                              "generation_config.json"};
+
+// mlx-lm quantizes modules with `to_quantized` (Linear, Embedding). In these architectures those
+// are exactly the 2-D `.weight` tensors; norms are 1-D.
+bool is_linear_or_embedding(const std::string& name, const mx::array& w) {
+  return ends_with(name, ".weight") && w.ndim() == 2;
+}
+
+}  // namespace
+
+void convert_hf(const ConvertOptions& opt) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const fs::path& src = opt.src;
+  check(fs::is_directory(src), src.string(),
+        "not a directory (expected a Hugging Face model directory or a .gguf file)");
+  const fs::path config_path = src / "config.json";
+  check(fs::is_regular_file(config_path), config_path.string(), "file not found");
+  ojson config = read_ojson(config_path);
+  check(config.is_object(), config_path.string(), "is not a JSON object");
+
+  // mlx-lm load_config: generation_config.json's eos_token_id (when truthy) replaces config's.
+  if (const fs::path gc = src / "generation_config.json"; fs::is_regular_file(gc)) {
+    try {
+      const ojson g = read_ojson(gc);
+      if (g.is_object() && g.contains("eos_token_id")) {
+        const ojson& e = g["eos_token_id"];
+        const bool truthy = (e.is_number() && e.get<double>() != 0) || (e.is_array() && !e.empty());
+        if (truthy) config["eos_token_id"] = e;
+      }
+    } catch (const Error&) {
+      // mlx-lm ignores an unparsable generation_config.json.
+    }
+  }
+
+  check(config.contains("model_type") && config["model_type"].is_string(), config_path.string(),
+        "missing required key 'model_type'");
+  const std::string model_type = config["model_type"].get<std::string>();
+  if (!kSupportedTypes.count(model_type)) {
+    std::string list;
+    for (const auto& t : kSupportedTypes) list += (list.empty() ? "" : ", ") + t;
+    fail(config_path.string(), "model_type '", model_type, "' is not supported by lmx convert (",
+         list, ")");
+  }
+  check(!config.contains("quantization") && !config.contains("quantization_config"),
+        config_path.string(), "the model is already quantized (config has a quantization block)");
+
+  if (opt.verbose) std::fprintf(stderr, "[INFO] Loading %s\n", src.string().c_str());
+  Weights weights = load_model_weights(src);
+
+  // sanitize (llama, qwen2): drop precomputed rotary frequencies.
+  for (auto it = weights.begin(); it != weights.end();) {
+    if (it->first.find("self_attn.rotary_emb.inv_freq") != std::string::npos) {
+      it = weights.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  // sanitize: drop the head when tied. ModelArgs defaults: llama/qwen2 tie when the key is
+  // missing, qwen3 requires it, gemma3_text ties when the checkpoint has no lm_head.
+  bool tie = false;
+  if (model_type == "gemma3_text") {
+    tie = !weights.count("lm_head.weight");
+  } else if (config.contains("tie_word_embeddings") && !config["tie_word_embeddings"].is_null()) {
+    check(config["tie_word_embeddings"].is_boolean(), config_path.string(),
+          "tie_word_embeddings is not a boolean");
+    tie = config["tie_word_embeddings"].get<bool>();
+  } else {
+    check(model_type != "qwen3", config_path.string(),
+          "missing required key 'tie_word_embeddings' (qwen3)");
+    tie = true;
+  }
+  if (tie) {
+    weights.erase("lm_head.weight");
+  } else {
+    check(weights.count("lm_head.weight"), src.string(),
+          "tie_word_embeddings is false but there is no lm_head.weight tensor");
+  }
+  check(weights.count("model.embed_tokens.weight"), src.string(),
+        "no model.embed_tokens.weight tensor (not a ", model_type, " checkpoint?)");
+
+  // dtype: the flag, else config torch_dtype, else text_config.dtype; only these three cast.
+  std::optional<std::string> dtype_name = opt.dtype;
+  if (!dtype_name && config.contains("torch_dtype") && config["torch_dtype"].is_string())
+    dtype_name = config["torch_dtype"].get<std::string>();
+  if (!dtype_name && config.contains("text_config") && config["text_config"].is_object() &&
+      config["text_config"].contains("dtype") && config["text_config"]["dtype"].is_string())
+    dtype_name = config["text_config"]["dtype"].get<std::string>();
+  if (opt.dtype) {
+    check(parse_dtype(*opt.dtype).has_value(), "convert", "--dtype '", *opt.dtype,
+          "' is not supported, expected float16, bfloat16 or float32");
+  }
+  if (dtype_name) {
+    if (auto dt = parse_dtype(*dtype_name)) {
+      if (opt.verbose) std::fprintf(stderr, "[INFO] Using dtype: %s\n", dtype_name->c_str());
+      for (auto& [k, v] : weights)
+        if (mx::issubdtype(v.dtype(), mx::floating)) v = mx::astype(v, *dt);
+    }
+  }
+
+  QuantMap quantized;
+  if (opt.quantize) {
+    const int bits = opt.q_bits.value_or(4);
+    const int group = opt.q_group_size.value_or(64);
+    check_quant_params(bits, group);
+    if (opt.verbose) std::fprintf(stderr, "[INFO] Quantizing\n");
+    std::vector<std::string> names;
+    for (const auto& [k, v] : weights)
+      if (is_linear_or_embedding(k, v) && v.shape(-1) % group == 0) names.push_back(k);
+    for (const auto& name : names) {
+      const mx::array w = weights.at(name);
+      auto q = mx::quantize(w, group, bits);
+      const std::string prefix = name.substr(0, name.size() - std::string(".weight").size());
+      weights.erase(name);
+      weights.emplace(prefix + ".weight", q[0]);
+      weights.emplace(prefix + ".scales", q[1]);
+      weights.emplace(prefix + ".biases", q[2]);
+      quantized[prefix] = {group, bits};
+    }
+    config["quantization"] = quantization_block({group, bits});
+  } else {
+    check(!opt.q_bits && !opt.q_group_size, "convert",
+          "--q-bits / --q-group-size need -q (--quantize)");
+  }
+
+  StagingDir out(opt.dst);
+  save_weights(out.path(), weights, quantized);
+  save_config(out.path() / "config.json", config);
+  for (const char* f : kCopiedFiles) {
+    const fs::path p = src / f;
+    if (!fs::is_regular_file(p)) continue;
+    std::error_code ec;
+    fs::copy_file(p, out.path() / f, fs::copy_options::overwrite_existing, ec);
+    check(!ec, p.string(), "cannot copy: ", ec.message());
+  }
+  for (const auto& e : fs::directory_iterator(src)) {
+    if (e.path().extension() != ".py" || !e.is_regular_file()) continue;
+    std::error_code ec;
+    fs::copy_file(e.path(), out.path() / e.path().filename(), fs::copy_options::overwrite_existing,
+                  ec);
+    check(!ec, e.path().string(), "cannot copy: ", ec.message());
+  }
+  out.commit();
+  if (opt.verbose) {
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::fprintf(stderr, "[INFO] Wrote %s (%zu tensors, %zu quantized modules) in %.1f s\n",
+                 opt.dst.string().c_str(), weights.size(), quantized.size(), s);
+  }
+}
+
+}  // namespace lmx::convert
