@@ -412,9 +412,28 @@ def greedy(logits):
     return mx.argmax(logprobs, axis=-1)
 
 
+def tap(module, store, key):
+    """Makes `module` record its output (the first element of a tuple) in store[key] on every
+    call, without changing it: the reference for lmx's hidden-state tap."""
+    cls = type(module)
+
+    def __call__(self, *args, **kwargs):
+        result = cls.__call__(self, *args, **kwargs)
+        store[key] = result[0] if isinstance(result, tuple) else result
+        return result
+
+    module.__class__ = type(f"Tapped{cls.__name__}", (cls,), {"__call__": __call__})
+
+
 def record_run(r, out):
-    """Loads the saved directory with mlx-lm and replays generate_step, recording every call."""
+    """Loads the saved directory with mlx-lm and replays generate_step, recording every call, and
+    for the first call and the first decode step also every layer's output and the final norm's."""
     model, _ = load_model(out)
+    taps = {}
+    inner = getattr(model, "language_model", model).model
+    for i, layer in enumerate(inner.layers):
+        tap(layer, taps, i)
+    tap(inner.norm, taps, "final")
     key = mx.random.key(seed_of(r["name"]) + 1)
     prompt = mx.random.randint(0, r["config"]["vocab_size"], (r["prompt_len"],), key=key).tolist()
     cache = make_prompt_cache(model)
@@ -439,6 +458,10 @@ def record_run(r, out):
             entry["next_token"] = token.item()
         arrays[f"{key}.tokens"] = ids
         arrays[f"{key}.logits"] = logits
+        if not calls or (kind == "decode" and calls[-1]["kind"] != "decode"):
+            entry["tap"] = True
+            for name, state in taps.items():
+                arrays[f"{key}.tap.{name}"] = state
         calls.append(entry)
         return entry.get("next_token")
 

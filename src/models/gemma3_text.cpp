@@ -184,8 +184,11 @@ class Gemma3Text : public Model {
     for (size_t i = 0; i < layers_.size(); ++i) {
       const bool global = is_global(args_, static_cast<int>(i));
       h = layers_[i](h, global ? global_mask : sliding_mask, *cache[i]);
+      if (tap_) tap_->on_layer(static_cast<int>(i), h);
     }
-    return norm_(h);
+    h = norm_(h);
+    if (tap_) tap_->on_final(h);
+    return h;
   }
 
   mx::array operator()(const mx::array& tokens, Cache& cache) override {

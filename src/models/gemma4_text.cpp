@@ -425,8 +425,11 @@ class Gemma4Text : public Model {
           layers_[i](h, masks.at(args_.layer_types[i]), c, per_layer_inputs[i], shared);
       h = out;
       intermediates[i] = std::move(kv);
+      if (tap_) tap_->on_layer(i, h);
     }
-    return norm_(h);
+    h = norm_(h);
+    if (tap_) tap_->on_final(h);
+    return h;
   }
 
   mx::array operator()(const mx::array& tokens, Cache& cache) override {

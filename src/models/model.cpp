@@ -104,6 +104,23 @@ void WeightStore::check_all_used() const {
   fail(source_, "unexpected tensors not used by the model: ", list);
 }
 
+mx::array HiddenTap::select(const mx::array& h) const {
+  if (!position) return h;
+  const int L = h.shape(1);
+  const int at = *position < 0 ? L + *position : *position;
+  check(at >= 0 && at < L, "hidden tap", "position ", *position, " is outside the ", L,
+        " positions of this forward");
+  return mx::slice(h, {0, at, 0}, {h.shape(0), at + 1, h.shape(2)});
+}
+
+void HiddenTap::on_layer(int layer, const mx::array& h) {
+  if (layers.count(layer)) layer_states.insert_or_assign(layer, select(h));
+}
+
+void HiddenTap::on_final(const mx::array& h) {
+  if (final_norm) final_state = select(h);
+}
+
 Cache Model::make_cache() const {
   Cache c;
   for (int i = 0; i < num_layers(); ++i) c.push_back(std::make_unique<KVCache>());

@@ -51,15 +51,38 @@ class WeightStore {
   std::string source_;
 };
 
+// Residual-stream states a forward records while the tap is set on a model (what a speculative
+// drafter reads). Each forward overwrites the previous record; logits are unaffected.
+struct HiddenTap {
+  std::set<int> layers;         // decoder layers (0-based) whose output to keep
+  bool final_norm = false;      // also keep the state after the final norm
+  std::optional<int> position;  // keep only this position (negative: from the end), else all
+  std::map<int, mx::array> layer_states;  // layer -> (B, L or 1, hidden)
+  std::optional<mx::array> final_state;   // (B, L or 1, hidden)
+
+  // Called by the models: after decoder layer `layer`, and on the final norm's output.
+  void on_layer(int layer, const mx::array& h);
+  void on_final(const mx::array& h);
+
+ private:
+  mx::array select(const mx::array& h) const;
+};
+
 class Model {
  public:
   virtual ~Model() = default;
+  // Records hidden states into `tap` on every forward until reset with nullptr. Every model in
+  // src/models supports it.
+  void set_hidden_tap(HiddenTap* tap) { tap_ = tap; }
   // tokens: (B, L) int32 -> logits (B, L, vocab).
   virtual mx::array operator()(const mx::array& tokens, Cache& cache) = 0;
   // Hidden states after the final norm, (B, L, hidden); used by embeddings.
   virtual mx::array hidden(const mx::array& tokens, Cache& cache) = 0;
   virtual Cache make_cache() const;
   virtual int num_layers() const = 0;
+
+ protected:
+  HiddenTap* tap_ = nullptr;
 };
 
 struct ModelInfo {

@@ -71,8 +71,13 @@ DenseDecoder::DenseDecoder(const DecoderOptions& o, WeightStore& w)
 mx::array DenseDecoder::hidden(const mx::array& tokens, Cache& cache) {
   mx::array h = embed_tokens_(tokens);
   const Mask mask = cache[0]->make_mask(h.shape(1));
-  for (size_t i = 0; i < layers_.size(); ++i) h = layers_[i](h, mask, *cache[i]);
-  return norm_(h);
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    h = layers_[i](h, mask, *cache[i]);
+    if (tap_) tap_->on_layer(static_cast<int>(i), h);
+  }
+  h = norm_(h);
+  if (tap_) tap_->on_final(h);
+  return h;
 }
 
 mx::array DenseDecoder::operator()(const mx::array& tokens, Cache& cache) {

@@ -56,6 +56,7 @@ struct Call {
   std::string kind;  // prefill, last_prompt, decode
   int offset = 0;
   bool eval_cache = false;
+  bool tap = false;  // layer outputs and the final norm's state were recorded too
   mx::array tokens = mx::array(0);
   mx::array logits = mx::array(0);
 };
@@ -64,6 +65,7 @@ struct Reference {
   std::vector<Call> calls;
   std::vector<int> generated;
   GenerateOptions kv;  // kv_bits / kv_group_size / quantized_kv_start of the run
+  Weights taps;        // call_NNN.tap.<layer> and call_NNN.tap.final
 };
 
 Reference load_reference(const fs::path& dir) {
@@ -76,10 +78,13 @@ Reference load_reference(const fs::path& dir) {
     call.kind = c.at("kind").get<std::string>();
     call.offset = c.at("offset").get<int>();
     call.eval_cache = c.at("eval_cache").get<bool>();
+    call.tap = c.value("tap", false);
     call.tokens = arrays.at(call.key + ".tokens");
     call.logits = arrays.at(call.key + ".logits");
     ref.calls.push_back(std::move(call));
   }
+  for (const auto& [k, a] : arrays)
+    if (k.find(".tap.") != std::string::npos) ref.taps.insert_or_assign(k, a);
   ref.generated = meta.at("generated").get<std::vector<int>>();
   if (meta.contains("kv_cache") && !meta.at("kv_cache").is_null()) {
     const json& kv = meta.at("kv_cache");
@@ -208,6 +213,46 @@ TEST_P(Parity, GreedyTokensMatch) {
         return mx::array({generated.back()}, {1, 1}, mx::int32);
       });
   EXPECT_EQ(generated, ref_.generated) << GetParam() << ": greedy tokens differ from mlx-lm";
+}
+
+// With a hidden-state tap on every layer and the final norm, the recorded states equal mlx-lm's
+// layer outputs (at the first call and the first decode step) and the logits stay bit-identical.
+TEST_P(Parity, HiddenTapMatchesLayerOutputs) {
+  Model& model = *loaded_.model;
+  Cache cache = model.make_cache();
+  size_t last = 0;
+  for (size_t i = 0; i < ref_.calls.size(); ++i)
+    if (ref_.calls[i].tap) last = i;
+  ASSERT_TRUE(ref_.calls[last].tap) << "no call with recorded hidden states";
+  std::vector<std::string> failures;
+  for (size_t i = 0; i <= last; ++i) {
+    const Call& call = ref_.calls[i];
+    HiddenTap tap;
+    tap.final_norm = true;
+    for (int l = 0; l < model.num_layers(); ++l) tap.layers.insert(l);
+    if (call.tap) model.set_hidden_tap(&tap);
+    mx::array logits = model(call.tokens, cache);
+    model.set_hidden_tap(nullptr);
+    maybe_quantize_kv_cache(cache, ref_.kv);
+    std::vector<mx::array> outputs{logits};
+    for (auto& c : cache)
+      for (auto& a : c->state()) outputs.push_back(a);
+    mx::eval(outputs);
+    std::string diff = compare_logits(logits, call.logits);
+    if (!diff.empty()) failures.push_back(call.key + " logits: " + diff);
+    if (!call.tap) continue;
+    ASSERT_EQ(static_cast<int>(tap.layer_states.size()), model.num_layers());
+    ASSERT_TRUE(tap.final_state.has_value());
+    for (int l = 0; l <= model.num_layers(); ++l) {
+      const std::string name = l < model.num_layers() ? std::to_string(l) : "final";
+      const mx::array& got = l < model.num_layers() ? tap.layer_states.at(l) : *tap.final_state;
+      diff = compare_logits(got, ref_.taps.at(call.key + ".tap." + name));
+      if (diff.empty()) continue;
+      std::string msg = call.key;
+      failures.push_back(msg.append(" layer ").append(name).append(": ").append(diff));
+    }
+  }
+  for (const auto& f : failures) ADD_FAILURE() << GetParam() << " " << f;
 }
 
 INSTANTIATE_TEST_SUITE_P(Rows, Parity, ::testing::ValuesIn(parity_rows()),

@@ -2,6 +2,8 @@
 #include <gtest/gtest.h>
 
 #include "cache/kv_cache.h"
+#include "core/error.h"
+#include "models/model.h"
 #include "nn/layers.h"
 
 namespace lmx {
@@ -76,6 +78,30 @@ TEST(Linear, AdaptersApplyInOrderAfterTheBias) {
   l.adapters.push_back(std::make_shared<AddConstant>(10.0f));
   l.adapters.push_back(std::make_shared<AddConstant>(0.5f));
   EXPECT_TRUE(mx::array_equal(l(x), mx::array({12.5f, 13.5f, 14.5f}, {1, 3})).item<bool>());
+}
+
+TEST(HiddenTap, KeepsChosenLayersAndPositions) {
+  mx::array h = mx::reshape(mx::arange(2 * 5 * 3, mx::float32), {2, 5, 3});
+  HiddenTap all;
+  all.layers = {1};
+  all.on_layer(0, h);  // not chosen
+  all.on_layer(1, h);
+  all.on_final(h);  // final_norm off
+  EXPECT_EQ(all.layer_states.size(), 1u);
+  EXPECT_TRUE(mx::array_equal(all.layer_states.at(1), h).item<bool>());
+  EXPECT_FALSE(all.final_state.has_value());
+
+  HiddenTap last;
+  last.final_norm = true;
+  last.position = -1;
+  last.on_final(h);
+  ASSERT_TRUE(last.final_state.has_value());
+  EXPECT_TRUE(mx::array_equal(*last.final_state, mx::slice(h, {0, 4, 0}, {2, 5, 3})).item<bool>());
+  last.position = 1;
+  last.on_final(h);  // each forward overwrites
+  EXPECT_TRUE(mx::array_equal(*last.final_state, mx::slice(h, {0, 1, 0}, {2, 2, 3})).item<bool>());
+  last.position = 5;
+  EXPECT_THROW(last.on_final(h), Error);
 }
 
 }  // namespace
