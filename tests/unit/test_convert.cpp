@@ -394,7 +394,9 @@ class ConvertBadInput : public ::testing::Test {
     EXPECT_NE(r.err.find(needle), std::string::npos)
         << "stderr does not mention '" << needle << "':\n"
         << r.err;
-    if (dst.empty()) EXPECT_FALSE(fs::exists(out));
+    if (dst.empty()) {
+      EXPECT_FALSE(fs::exists(out));
+    }
     EXPECT_FALSE(fs::exists(fs::path(out.string() + ".partial")));
   }
   fs::path copy_tiny(const std::string& name, size_t keep_bytes) {
