@@ -24,6 +24,8 @@ step "tokenizer fixtures"
 "$py" scripts/gen_tokenizer_fixtures.py "$data/tokenizers" --cache "$root/.cache"
 step "conversion fixtures"
 "$py" scripts/gen_convert_fixtures.py "$data/convert" --cache "$root/.cache"
+step "converted tokenizers against transformers' GGUF tokenizers"
+"$py" scripts/check_convert_tokenizer.py "$root/build/lmx" "$data/convert"
 step "Gemma 3 270M (its GGUF converted by lmx convert) and mlx-lm golden outputs"
 rm -rf "$data/gemma3-270m"
 "$root/build/lmx" convert --hf-path "$data/convert/gguf/gemma3.gguf" --mlx-path "$data/gemma3-270m" --quiet

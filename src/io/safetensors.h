@@ -1,14 +1,14 @@
 // safetensors reading (mmap, validated header, zero-copy where MLX takes the pointer) and writing.
 #pragma once
 
+#include <mlx/mlx.h>
+
 #include <filesystem>
 #include <map>
 #include <memory>
 #include <string>
 #include <unordered_map>
 #include <vector>
-
-#include <mlx/mlx.h>
 
 namespace lmx {
 
