@@ -48,7 +48,7 @@ need=()
 for w in "${want[@]}"; do
   name="${w%%==*}"; ver="${w#*==}"
   [[ "$name" == "$ver" ]] && ver=""
-  have="$(.venv/bin/python -m pip show "$name" 2>/dev/null | sed -n 's/^Version: //p')"
+  have="$(.venv/bin/python -m pip show "$name" 2>/dev/null | sed -n 's/^Version: //p' || true)"
   if [[ -z "$have" || ( -n "$ver" && "$have" != "$ver" ) ]]; then need+=("$w"); fi
 done
 if ((${#need[@]})); then
