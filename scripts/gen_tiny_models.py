@@ -496,9 +496,11 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("out_dir", type=Path)
     ap.add_argument("--rows", nargs="*", help="only these rows (default: all)")
+    ap.add_argument("--device", choices=["cpu", "gpu"], default="cpu",
+                    help="where the reference runs: parity holds per backend (default: cpu)")
     args = ap.parse_args()
 
-    mx.set_default_device(mx.cpu)
+    mx.set_default_device(mx.gpu if args.device == "gpu" else mx.cpu)
     root = args.out_dir / "parity"
     if root.exists() and not args.rows:
         shutil.rmtree(root)
