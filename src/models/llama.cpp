@@ -9,19 +9,9 @@ constexpr const char* kSource = "config.json";
 // llama.py ModelArgs, with its defaults.
 nn::DecoderOptions parse_args(const json& c) {
   JsonView v{c, kSource};
-  nn::DecoderOptions o;
+  nn::DecoderOptions o = nn::parse_decoder_keys(v, /*kv_heads_required=*/false);
   auto& a = o.attention;
-  a.hidden_size = v.get<int>("hidden_size");
-  o.num_hidden_layers = v.get<int>("num_hidden_layers");
-  o.intermediate_size = v.get<int>("intermediate_size");
-  a.n_heads = v.get<int>("num_attention_heads");
-  o.rms_norm_eps = v.get<float>("rms_norm_eps");
-  o.vocab_size = v.get<int>("vocab_size");
-  check(a.n_heads > 0, kSource, "num_attention_heads must be > 0, got ", a.n_heads);
   a.head_dim = v.get<int>("head_dim", a.hidden_size / a.n_heads);
-  a.n_kv_heads = v.get<int>("num_key_value_heads", a.n_heads);
-  check(a.n_kv_heads > 0 && a.n_heads % a.n_kv_heads == 0, kSource, "num_attention_heads ",
-        a.n_heads, " is not a multiple of num_key_value_heads ", a.n_kv_heads);
   a.qkv_bias = a.o_bias = v.get<bool>("attention_bias", false);
   o.mlp_bias = v.get<bool>("mlp_bias", false);
   o.tie_word_embeddings = v.get<bool>("tie_word_embeddings", true);

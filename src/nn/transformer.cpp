@@ -95,6 +95,23 @@ mx::array merge_heads(const mx::array& x) {
   return mx::reshape(mx::transpose(x, {0, 2, 1, 3}), {B, L, -1});
 }
 
+DecoderOptions parse_decoder_keys(const JsonView& v, bool kv_heads_required) {
+  DecoderOptions o;
+  auto& a = o.attention;
+  a.hidden_size = v.get<int>("hidden_size");
+  o.num_hidden_layers = v.get<int>("num_hidden_layers");
+  o.intermediate_size = v.get<int>("intermediate_size");
+  a.n_heads = v.get<int>("num_attention_heads");
+  o.rms_norm_eps = v.get<float>("rms_norm_eps");
+  o.vocab_size = v.get<int>("vocab_size");
+  check(a.n_heads > 0, v.source, "num_attention_heads must be > 0, got ", a.n_heads);
+  a.n_kv_heads = kv_heads_required ? v.get<int>("num_key_value_heads")
+                                   : v.get<int>("num_key_value_heads", a.n_heads);
+  check(a.n_kv_heads > 0 && a.n_heads % a.n_kv_heads == 0, v.source, "num_attention_heads ",
+        a.n_heads, " is not a multiple of num_key_value_heads ", a.n_kv_heads);
+  return o;
+}
+
 void sanitize_dense(Weights& w, bool tie_word_embeddings) {
   std::erase_if(w, [](const auto& kv) {
     return kv.first.find("self_attn.rotary_emb.inv_freq") != std::string::npos;

@@ -78,6 +78,10 @@ mx::array split_heads(const mx::array& x, int n_heads);
 // (B, n_heads, L, head_dim) -> (B, L, n_heads * head_dim)
 mx::array merge_heads(const mx::array& x);
 
+// The ModelArgs keys llama, qwen2 and qwen3 read alike: sizes, heads (num_key_value_heads
+// defaults to the head count unless required), norm eps, vocabulary; checks the head ratio.
+DecoderOptions parse_decoder_keys(const JsonView& v, bool kv_heads_required);
+
 // Drops precomputed rotary tables and, for tied heads, lm_head.weight (mlx-lm sanitize).
 void sanitize_dense(Weights& w, bool tie_word_embeddings);
 
