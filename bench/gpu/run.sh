@@ -5,11 +5,13 @@
 #   bench/gpu/run.sh bw                     device-to-device copy bandwidth (torch), once
 #   bench/gpu/run.sh models M1,M2 [RUNTIMES]  RUNTIMES: lmx,mlx-lm,llama.cpp (default all)
 #   bench/gpu/run.sh report
-# Environment: W (default /tmp/gpubench), TRIALS (default 2), WORKLOADS (PROMPT:GEN pairs).
+# Environment: W (default /tmp/gpubench), TRIALS (default 2), WORKLOADS (PROMPT:GEN pairs),
+# STEP_TIMEOUT (default 240 s a runtime, model and format).
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 W="${W:-/tmp/gpubench}"
 TRIALS="${TRIALS:-2}"
+STEP_TIMEOUT="${STEP_TIMEOUT:-240}"  # seconds for one runtime on one model and format
 # decode at context ~0 and ~4096, prefill 512 and 2048
 WORKLOADS="${WORKLOADS:-16:128,4096:128,512:1,2048:1}"
 export NCCL_NVLS_ENABLE=0
@@ -49,12 +51,12 @@ models() {
       [[ -f "$d/config.json" ]] || { echo "run: missing $d" >&2; continue; }
       if [[ ",$runtimes," == *,lmx,* ]]; then
         echo "== lmx $m $fmt" >&2
-        lmx bench --model "$d" --workloads "$WORKLOADS" --trials "$TRIALS" 2>"$W/logs/lmx-$m-$fmt.err" |
+        timeout "$STEP_TIMEOUT" lmx bench --model "$d" --workloads "$WORKLOADS" --trials "$TRIALS" 2>"$W/logs/lmx-$m-$fmt.err" |
           tag "{\"runtime\":\"lmx\",\"name\":\"$m\",\"format\":\"mlx-$fmt\"}" | emit
       fi
       if [[ ",$runtimes," == *,mlx-lm,* ]]; then
         echo "== mlx-lm $m $fmt" >&2
-        python3 "$here/mlx_lm_bench.py" "$d" --workloads "$WORKLOADS,16:128:4,16:128:16" \
+        timeout "$STEP_TIMEOUT" python3 "$here/mlx_lm_bench.py" "$d" --workloads "$WORKLOADS,16:128:4,16:128:16" \
           -n "$TRIALS" 2>"$W/logs/mlxlm-$m-$fmt.err" |
           tag "{\"name\":\"$m\",\"format\":\"mlx-$fmt\"}" | emit
       fi
@@ -64,7 +66,7 @@ models() {
         d="$W/gguf/$m-$fmt.gguf"
         [[ -f "$d" ]] || { echo "run: missing $d" >&2; continue; }
         echo "== llama.cpp $m $fmt" >&2
-        "$W/llama.cpp/build/bin/llama-bench" -m "$d" -ngl 99 -p 512,2048 -n 128 -d 0,4096 \
+        timeout "$STEP_TIMEOUT" "$W/llama.cpp/build/bin/llama-bench" -m "$d" -ngl 99 -p 512,2048 -n 128 -d 0,4096 \
           -r "$TRIALS" -o jsonl 2>"$W/logs/llama-$m-$fmt.err" |
           tag "{\"runtime\":\"llama.cpp\",\"name\":\"$m\",\"format\":\"gguf-$fmt\"}" | emit
       done
