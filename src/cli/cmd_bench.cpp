@@ -42,7 +42,7 @@ int cmd_bench(const Args& args) {
   GenerateOptions opt;
   opt.max_tokens = gen_tokens;
   opt.ignore_eos = true;
-  set_kv_cache_options(f, opt);
+  set_kv_cache_options(f, model, opt);
   auto run = [&] { return model.generate(prompt, opt, [](const TokenOutput&) { return true; }); };
   run();  // warm-up
   double ptps = 0, gtps = 0;
@@ -55,6 +55,7 @@ int cmd_bench(const Args& args) {
     peak = std::max(peak, last.peak_memory);
   }
   ptps /= trials;
+  const auto& per_layer = opt.kv_config ? *opt.kv_config : model.kv_config();
   gtps /= trials;
   if (f.on("json")) {
     json j = {{"model", dir},
@@ -65,6 +66,7 @@ int cmd_bench(const Args& args) {
               {"generation_tps", gtps},
               {"peak_memory_gb", peak / 1e9},
               {"kv_bits", opt.kv_bits ? json(*opt.kv_bits) : json()},
+              {"kv_config_layers", per_layer.size()},
               {"kv_bytes", last.kv_bytes},
               {"kv_bytes_per_token", last.kv_bytes_per_token}};
     std::printf("%s\n", j.dump().c_str());
@@ -79,6 +81,7 @@ int cmd_bench(const Args& args) {
       kv = std::to_string(*opt.kv_bits) + "-bit, group " + std::to_string(opt.kv_group_size) +
            ", from token " + std::to_string(opt.quantized_kv_start);
     }
+    if (!per_layer.empty()) kv += ", " + std::to_string(per_layer.size()) + " layers by kv_config";
     std::printf("kv cache: %.3f MB, %.1f bytes per token (%s)\n", last.kv_bytes / 1e6,
                 last.kv_bytes_per_token, kv.c_str());
   }
