@@ -135,5 +135,17 @@ TEST_F(BenchKVBytes, QuantizedKVShrinksByTheFormatsFactor) {
   EXPECT_EQ(kv_bytes_per_token("--kv-config off"), plain);
 }
 
+// A model directory's kv_config.json is checked at load: a bad one fails every command.
+TEST_F(BenchKVBytes, BadKvConfigInTheModelDirectoryFailsAtLoad) {
+  std::ofstream(dir_ / "kv_config.json") << R"([{"layer_idx": 2, "bits": 4}])";
+  auto r = test::run_lmx("generate --model " + dir_.string() + " --prompt hi --max-tokens 1");
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find((dir_ / "kv_config.json").string()), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("expected 0..1"), std::string::npos) << r.err;
+  // --kv-config off does not make a broken file acceptable: it is part of the model.
+  r = test::run_lmx("generate --model " + dir_.string() + " --prompt hi --kv-config off");
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+}
+
 }  // namespace
 }  // namespace lmx
