@@ -364,6 +364,9 @@ ROWS = [
     # one-shot prefill, converted at the last prompt token; 8 bits group 32
     row("gemma3_text_kv8_g32_oneshot", GEMMA3_TEXT, 30, 2048, kv=kv(8, 32, 0), tied_head=True),
     row("gemma3_kv4_g32_wrapper", GEMMA3, 21, 8, kv=kv(4, 32, 0), tied_head=True),
+    # gemma4 MoE (no KV sharing: mlx-lm's shared layers have no quantized attention path),
+    # sliding head_dim 32 and full head_dim 64, 4-bit weights
+    row("gemma4_moe_q4_kv8_g32", GEMMA4_MOE, 30, 8, quant=q(4), kv=kv(8, 32, 0)),
     # --- per-layer KV bits from kv_config.json: sliding layers 0 and 4 and global layer 2 at
     # their own bits, the rest unquantized; then with kv_bits 8 for the unlisted layers ---
     row("gemma3_text_kv_config", GEMMA3_TEXT, 30, 8, tied_head=True,
