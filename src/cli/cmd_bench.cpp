@@ -55,8 +55,8 @@ int cmd_bench(const Args& args) {
     peak = std::max(peak, last.peak_memory);
   }
   ptps /= trials;
-  const auto& per_layer = opt.kv_config ? *opt.kv_config : model.kv_config();
   gtps /= trials;
+  const auto& per_layer = opt.kv_config ? *opt.kv_config : model.kv_config();
   if (f.on("json")) {
     json j = {{"model", dir},
               {"backend", backend_description()},
