@@ -83,7 +83,7 @@ class BenchKVBytes : public ::testing::Test {
     dir_ = fs::temp_directory_path() / ("lmx_bench_kv_" + std::to_string(::getpid()));
     fs::remove_all(dir_);
     fs::create_directories(dir_);
-    const fs::path row = test::data_path("parity/llama_kv8_g64_p300_d200");
+    const fs::path row = test::data_path("parity/llama_kv4_g64");
     const fs::path tok = test::data_path("smollm2-135m-instruct-4bit");
     for (const fs::path& f : {row / "config.json", row / "model.safetensors",
                               tok / "tokenizer.json", tok / "tokenizer_config.json"})
