@@ -3,8 +3,14 @@
 
 Each scenario is a list of operations on one mlx-lm cache object: update_and_fetch with recorded
 inputs and outputs (plain arrays, or quantized (packed, scales, biases) triples), make_mask,
-trim, is_trimmable, to_quantized. tests/unit/test_caches.cpp replays them on lmx's caches and
-requires identical outputs (every bit), offsets and ring positions.
+trim, is_trimmable, to_quantized, rollback. tests/unit/test_caches.cpp replays them on lmx's
+caches and requires identical outputs (every bit), offsets and ring positions.
+
+Rotating quantized scenarios run on kv_reference.RotatingQuantizedReference (mlx-lm's
+RotatingKVCache with mx.quantize of its outputs; mlx-lm has no such cache). A rollback op writes
+L tokens to lmx's cache and trims the last n with bypass; the reference cache receives only the
+first L - n of them (as one multi-token write, the path a verify step takes), and the whole state
+must then be identical, and so everything after.
 
 usage: gen_cache_fixtures.py OUT_DIR
 writes OUT_DIR/caches.json (the scenarios) and OUT_DIR/caches.safetensors (the arrays), and
@@ -17,6 +23,8 @@ from pathlib import Path
 import mlx.core as mx
 from mlx_lm.models.cache import (KVCache, QuantizedKVCache, RotatingKVCache, load_prompt_cache,
                                  save_prompt_cache)
+
+from kv_reference import RotatingQuantizedReference, to_rotating_quantized
 
 B, H = 1, 2
 
@@ -80,8 +88,32 @@ class Recorder:
         if trimmable:
             self.ops.append(dict(op="trim", n=n, result=self.cache.trim(n), after=self.state()))
 
+    def rollback(self, n_write, n_trim):
+        k = mx.random.normal((B, H, n_write, self.D)).astype(self.dtype)
+        v = mx.random.normal((B, H, n_write, self.D)).astype(self.dtype)
+        op = dict(op="rollback", length=n_write, n=n_trim, inputs=self.key("in"),
+                  state=self.key("state"))
+        self.arrays[op["inputs"] + ".keys"] = mx.array(k)
+        self.arrays[op["inputs"] + ".values"] = mx.array(v)
+        kept = n_write - n_trim
+        k, v = k[:, :, :kept], v[:, :, :kept]
+        # A one-token remainder still went through the multi-token (concat) path in lmx.
+        write = self.cache._update_concat if kept == 1 else self.cache.update_and_fetch
+        fetched = write(k, v)
+        mx.eval(fetched)
+        c = self.cache
+        state = (c.quantized_state() if isinstance(c, RotatingQuantizedReference)
+                 else [c.keys, c.values])
+        for i, a in enumerate(state):
+            self.arrays[f"{op['state']}.{i}"] = mx.array(a)
+        op.update(parts=len(state), after=self.state())
+        self.ops.append(op)
+
     def to_quantized(self, group_size, bits):
-        self.cache = self.cache.to_quantized(group_size=group_size, bits=bits)
+        if type(self.cache) is RotatingKVCache:
+            self.cache = to_rotating_quantized(self.cache, group_size, bits)
+        else:
+            self.cache = self.cache.to_quantized(group_size=group_size, bits=bits)
         self.ops.append(dict(op="to_quantized", group_size=group_size, bits=bits,
                              after=self.state()))
 
@@ -124,6 +156,75 @@ def rotating_trim(arrays):
     r.update(1)
     r.mask(5)
     r.mask(1, 64)
+    return r.result()
+
+
+def rotating_quantized_long(arrays, keep, chunks, group_size, bits):
+    """RotatingQuantizedKVCache (reference: RotatingQuantizedReference), window 64: prefill 300
+    in chunks, then 200 single-token steps, masks before each write."""
+    name = f"rotating_quantized_b{bits}_g{group_size}_keep{keep}_{len(chunks)}chunks"
+    spec = dict(type="RotatingQuantizedKVCache", max_size=64, keep=keep, group_size=group_size,
+                bits=bits)
+    r = Recorder(name, RotatingQuantizedReference(64, keep, group_size, bits), spec, arrays, D=64)
+    for n in chunks:
+        r.mask(n, 64)
+        r.update(n)
+    for step in range(200):
+        r.mask(1, 48)
+        r.update(1, record=step < 70 or step % 8 == 7)
+    return r.result()
+
+
+def rotating_to_quantized(arrays, group_size, bits):
+    """RotatingKVCache converted mid-run (after the ring wrapped), then single- and multi-token
+    writes on the quantized ring; plain trim is refused after the wrap like mlx-lm's."""
+    name = f"rotating_to_quantized_b{bits}_g{group_size}"
+    r = Recorder(name, RotatingKVCache(max_size=32, keep=2),
+                 dict(type="RotatingKVCache", max_size=32, keep=2), arrays, D=64)
+    r.update(20)
+    for _ in range(15):  # wraps at offset 32
+        r.update(1)
+    r.to_quantized(group_size, bits)
+    for _ in range(5):
+        r.update(1)
+    r.mask(6)
+    r.update(6)
+    r.trim(2)
+    for _ in range(40):
+        r.update(1)
+    r.mask(1, 16)
+    return r.result()
+
+
+def rotating_rollback(arrays, quantized):
+    """Speculative rollback (trim with bypass) before and past the window, after prefill chunks
+    and after single-token steps, with one-token and longer remainders; then more writes."""
+    name = "rollback_rotating_quantized" if quantized else "rollback_rotating"
+    spec = dict(type="RotatingQuantizedKVCache" if quantized else "RotatingKVCache", max_size=16,
+                keep=0)
+    if quantized:
+        spec.update(group_size=32, bits=4)
+        cache = RotatingQuantizedReference(16, 0, 32, 4)
+    else:
+        cache = RotatingKVCache(max_size=16)
+    r = Recorder(name, cache, spec, arrays, D=32)
+    r.rollback(6, 2)  # first write, before the window
+    r.update(1)
+    r.rollback(5, 4)  # one token kept
+    for _ in range(12):  # wraps
+        r.update(1)
+    r.rollback(8, 3)  # past the window, after ring-order single-token writes
+    r.mask(1, 16)
+    r.update(1)
+    r.update(1)
+    r.rollback(4, 3)
+    r.rollback(20, 7)  # right after the previous rollback
+    r.mask(4)
+    r.update(4)
+    r.rollback(3, 1)
+    for _ in range(18):
+        r.mask(1, 16)
+        r.update(1)
     return r.result()
 
 
@@ -211,6 +312,15 @@ def main():
     for bits in (4, 8):
         for group_size in (32, 64):
             scenarios.append(quantized(arrays, group_size, bits))
+    scenarios += [
+        rotating_quantized_long(arrays, 0, [128, 128, 44], 32, 4),
+        rotating_quantized_long(arrays, 4, [300], 64, 8),
+        rotating_quantized_long(arrays, 0, [7], 64, 4),
+        rotating_to_quantized(arrays, 64, 4),
+        rotating_to_quantized(arrays, 32, 8),
+        rotating_rollback(arrays, quantized=False),
+        rotating_rollback(arrays, quantized=True),
+    ]
     scenarios.append(kv_to_quantized(arrays, 64, 4))
     scenarios.append(kv_to_quantized(arrays, 32, 8))
     pc = prompt_cache(out, arrays)

@@ -7,8 +7,12 @@ For every row of ROWS below this builds the mlx-lm model with random weights, ca
 (optionally) quantizes it the way `mlx_lm.convert` does, saves it as an MLX model directory,
 loads that directory back with `mlx_lm.utils.load_model` and replays `mlx_lm.generate.generate_step`
 (greedy): the prompt except its last token in chunks of `prefill_step`, evaluating the cache after
-each chunk, then the last prompt token alone, then DECODE_STEPS single-token steps fed with the
-previous argmax. Every model call's input ids and full logits are recorded.
+each chunk, then the last prompt token alone, then DECODE_STEPS (or the row's `decode`)
+single-token steps fed with the previous argmax. Every model call's input ids and full logits are
+recorded. Rows with a quantized KV cache quantize it after every call with
+kv_reference.maybe_quantize_kv_cache: mlx-lm's maybe_quantize_kv_cache, except that sliding-window
+caches become kv_reference.RotatingQuantizedReference (mlx-lm raises there) and per-layer
+kv_config entries (written to the row's kv_config.json) apply from the first cached token.
 
 Output, per row, in OUT_DIR/parity/<row>/:
   config.json, model.safetensors (+ index)   the model, as mlx-lm writes it
@@ -33,9 +37,10 @@ import mlx.nn as nn
 from mlx.utils import tree_flatten, tree_unflatten
 import mlx_lm
 from mlx_lm.convert import mixed_quant_predicate_builder
-from mlx_lm.generate import maybe_quantize_kv_cache
 from mlx_lm.models.cache import make_prompt_cache
 from mlx_lm.utils import load_model, quantize_model, save_config, save_model
+
+from kv_reference import maybe_quantize_kv_cache
 
 DECODE_STEPS = 16
 
@@ -194,11 +199,15 @@ def row(
     quant=None,
     kv=None,
     tied_head=False,
+    kv_config=None,
+    decode=DECODE_STEPS,
     **overrides,
 ):
     """One model + run. quant: None, or dict(bits, group_size[, recipe]). kv: None, or
     dict(bits, group_size, start) for generate_step's kv_bits / kv_group_size /
-    quantized_kv_start. tied_head: drop gemma3's lm_head (its sanitize then ties the head)."""
+    quantized_kv_start. tied_head: drop gemma3's lm_head (its sanitize then ties the head).
+    kv_config: per-layer KV bits, a list of dict(layer_idx, bits, group_size) saved as the
+    model's kv_config.json. decode: greedy steps after the prompt."""
     return dict(
         name=name,
         config=dict(config, **overrides),
@@ -206,6 +215,8 @@ def row(
         quant=quant,
         kv=kv,
         tied_head=tied_head,
+        kv_config=kv_config,
+        decode=decode,
         prompt_len=prompt_len,
         prefill_step=prefill_step,
     )
@@ -217,6 +228,11 @@ def q(bits, group_size=64, recipe=None):
 
 def kv(bits, group_size=64, start=0):
     return dict(bits=bits, group_size=group_size, start=start)
+
+
+def layer_kv(layer, bits, group_size):
+    """One kv_config.json entry (mlx-optiq's format)."""
+    return dict(layer_idx=layer, bits=bits, group_size=group_size)
 
 
 ROWS = [
@@ -340,6 +356,32 @@ ROWS = [
     # 4-bit weights and a 4-bit cache; qwen3's q/k norms before the quantized attention
     row("qwen3_q4_kv4_g32", QWEN3, 41, 8, quant=q(4), kv=kv(4, 32, 0)),
     row("starcoder2_kv8_g32", STARCODER2, 41, 8, kv=kv(8, 32, 0), num_attention_heads=2),
+    # --- quantized sliding-window caches (RotatingQuantizedKVCache), window 8 < prompt 30 ---
+    # converted after the first prefill chunk: the quantized rings wrap in prefill and decode
+    row("gemma3_text_kv4_g32", GEMMA3_TEXT, 30, 8, kv=kv(4, 32, 0), tied_head=True),
+    # head_dim 64, converted mid-prefill (offset 24 >= 20), after the rings wrapped
+    row("gemma3_text_kv8_g64_start20", GEMMA3_TEXT, 30, 8, kv=kv(8, 64, 20), head_dim=64),
+    # one-shot prefill, converted at the last prompt token; 8 bits group 32
+    row("gemma3_text_kv8_g32_oneshot", GEMMA3_TEXT, 30, 2048, kv=kv(8, 32, 0), tied_head=True),
+    row("gemma3_kv4_g32_wrapper", GEMMA3, 21, 8, kv=kv(4, 32, 0), tied_head=True),
+    # gemma4 MoE (no KV sharing: mlx-lm's shared layers have no quantized attention path),
+    # sliding head_dim 32 and full head_dim 64, 4-bit weights
+    row("gemma4_moe_q4_kv8_g32", GEMMA4_MOE, 30, 8, quant=q(4), kv=kv(8, 32, 0)),
+    # --- per-layer KV bits from kv_config.json: sliding layers 0 and 4 and global layer 2 at
+    # their own bits, the rest unquantized; then with kv_bits 8 for the unlisted layers ---
+    row("gemma3_text_kv_config", GEMMA3_TEXT, 30, 8, tied_head=True,
+        kv_config=[layer_kv(0, 4, 32), layer_kv(2, 8, 32), layer_kv(4, 2, 32)]),
+    row("gemma3_text_kv_config_kv8", GEMMA3_TEXT, 30, 2048, tied_head=True, kv=kv(8, 32, 24),
+        kv_config=[layer_kv(1, 4, 32), layer_kv(5, 6, 32)]),
+    row("llama_kv_config", LLAMA, 20, 8, head_dim=64, kv_config=[layer_kv(1, 4, 64)]),
+    # --- each cache type over prefill 300 (chunks of 128) + decode 200, window 64 ---
+    row("llama_p300_d200", LLAMA, 301, 128, decode=200, max_position_embeddings=512),
+    row("llama_kv8_g64_p300_d200", LLAMA, 301, 128, decode=200, kv=kv(8, 64, 0), head_dim=64,
+        max_position_embeddings=512),
+    row("gemma3_text_w64_p300_d200", GEMMA3_TEXT, 301, 128, decode=200, tied_head=True,
+        sliding_window=64, max_position_embeddings=512),
+    row("gemma3_text_w64_kv4_g32_p300_d200", GEMMA3_TEXT, 301, 128, decode=200, tied_head=True,
+        kv=kv(4, 32, 0), sliding_window=64, max_position_embeddings=512),
 ]
 
 
@@ -403,6 +445,8 @@ def write_model(r, out):
     mx.eval(model.parameters())
     save_model(out, model)
     save_config(config, out / "config.json")
+    if r["kv_config"] is not None:
+        (out / "kv_config.json").write_text(json.dumps(r["kv_config"], indent=1) + "\n")
 
 
 def greedy(logits):
@@ -446,7 +490,8 @@ def record_run(r, out):
         offset = cache[0].offset
         logits = model(ids, cache=cache)
         # generate_step quantizes the cache after every model call (prefill chunk or step).
-        maybe_quantize_kv_cache(cache, kv.get("start"), kv.get("group_size"), kv.get("bits"))
+        maybe_quantize_kv_cache(cache, kv.get("start"), kv.get("group_size"), kv.get("bits"),
+                                r["kv_config"])
         entry = dict(key=key, kind=kind, offset=offset, length=len(tokens))
         if kind == "prefill":
             mx.eval(logits, [c.state for c in cache])
@@ -472,7 +517,7 @@ def record_run(r, out):
         rest = rest[n:]
     token = call(rest, "last_prompt")
     generated = [token]
-    for _ in range(DECODE_STEPS):
+    for _ in range(r["decode"]):
         token = call([token], "decode")
         generated.append(token)
 
@@ -527,6 +572,7 @@ def main():
                 logits_dtype=logits_dtype,
                 quantization=None if qt is None else {k: v for k, v in qt.items() if v},
                 kv_cache=r["kv"],
+                kv_config=r["kv_config"],
                 prompt_len=r["prompt_len"],
                 prefill_step=r["prefill_step"],
                 num_calls=num_calls,

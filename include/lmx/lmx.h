@@ -44,6 +44,15 @@ struct LogitsProcessorOptions {
   }
 };
 
+// One entry of a model's kv_config.json (mlx-optiq's per-layer KV quantization): the KV cache
+// of decoder layer `layer` stored at these bits and group size.
+struct KVLayerBits {
+  int layer = 0;
+  int bits = 8;
+  int group_size = 64;
+  bool operator==(const KVLayerBits&) const = default;
+};
+
 struct GenerateOptions {
   int max_tokens = 256;
   int prefill_step_size = 2048;
@@ -56,6 +65,10 @@ struct GenerateOptions {
   std::optional<int> kv_bits;  // unset: off
   int kv_group_size = 64;
   int quantized_kv_start = 5000;
+  // Per-layer KV bits (kv_config.json), applied by the same step to the listed layers once their
+  // cache holds a token; kv_bits covers the others. Unset: the model directory's kv_config.json
+  // when there is one (LanguageModel::generate); empty: off.
+  std::optional<std::vector<KVLayerBits>> kv_config;
 };
 
 struct GenerationStats {
@@ -92,6 +105,11 @@ class LanguageModel {
   std::optional<int> context_length() const;
   std::vector<int> eos_token_ids() const;
   int vocab_size() const;
+  // The model directory's kv_config.json as read at load (empty without one).
+  const std::vector<KVLayerBits>& kv_config() const;
+  // Reads and checks a kv_config.json against this model's layers. Throws lmx::Error naming the
+  // file and the bad entry.
+  std::vector<KVLayerBits> read_kv_config(const std::filesystem::path& file) const;
 
   std::vector<int> encode(std::string_view text, bool add_special_tokens = true) const;
   std::string decode(const std::vector<int>& ids) const;

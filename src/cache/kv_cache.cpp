@@ -57,7 +57,7 @@ std::pair<mx::array, mx::array> KVCache::update_and_fetch(const mx::array& keys,
   return {*keys_, *values_};
 }
 
-int KVCache::trim(int n) {
+int KVCache::trim(int n, bool) {
   n = std::min(offset_, n);
   offset_ -= n;
   return n;

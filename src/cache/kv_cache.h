@@ -46,7 +46,10 @@ class KVCacheBase {
                                                            const mx::array& values) = 0;
   virtual int offset() const = 0;
   virtual bool is_trimmable() const = 0;
-  virtual int trim(int n) = 0;
+  // Drops the last n tokens, returns how many. bypass: speculative rollback right after a
+  // multi-token write, which rotating caches honour past the window (plain caches need nothing
+  // more than the offset).
+  virtual int trim(int n, bool bypass = false) = 0;
   virtual Mask make_mask(int n, std::optional<int> window = std::nullopt,
                          bool return_array = false) const = 0;
   // The arrays to evaluate after a prefill chunk (mlx-lm's `cache.state`).
@@ -73,7 +76,7 @@ class KVCache : public KVCacheBase {
                                                    const mx::array& values) override;
   int offset() const override { return offset_; }
   bool is_trimmable() const override { return true; }
-  int trim(int n) override;
+  int trim(int n, bool bypass = false) override;
   Mask make_mask(int n, std::optional<int> window = std::nullopt,
                  bool return_array = false) const override;
   std::vector<mx::array> state() const override;

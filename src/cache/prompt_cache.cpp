@@ -4,6 +4,7 @@
 
 #include "cache/quantized_kv_cache.h"
 #include "cache/rotating_kv_cache.h"
+#include "cache/rotating_quantized_kv_cache.h"
 #include "core/error.h"
 
 namespace lmx {
@@ -27,6 +28,19 @@ class StateWriter {
       array(key, *a);
     } else {
       none(key);
+    }
+  }
+
+  // Keys and values as quantized triples: p0.0-2 and p1.0-2 (none when empty).
+  void triples(const std::string& p, const std::vector<mx::array>& state) {
+    for (int kv = 0; kv < 2; ++kv) {
+      const std::string key = p + std::to_string(kv);
+      if (state.empty()) {
+        none(key);
+      } else {
+        for (int part = 0; part < 3; ++part)
+          array(key + "." + std::to_string(part), state[kv * 3 + part]);
+      }
     }
   }
 
@@ -58,17 +72,20 @@ void save_prompt_cache(const std::filesystem::path& file, const Cache& cache,
       w.scalar(p + "3", r->keep());
       w.scalar(p + "4", r->max_size());
       w.scalar(p + "5", r->idx());
+    } else if (const auto* rq = dynamic_cast<const RotatingQuantizedKVCache*>(c)) {
+      // lmx's own class (mlx-lm has none): RotatingKVCache's state with the triples of
+      // QuantizedKVCache, then group_size and bits.
+      cls = "RotatingQuantizedKVCache";
+      w.triples(p, state);
+      w.scalar(p + "2", rq->offset());
+      w.scalar(p + "3", rq->keep());
+      w.scalar(p + "4", rq->max_size());
+      w.scalar(p + "5", rq->idx());
+      w.scalar(p + "6", rq->group_size());
+      w.scalar(p + "7", rq->bits());
     } else if (const auto* q = dynamic_cast<const QuantizedKVCache*>(c)) {
       cls = "QuantizedKVCache";
-      for (int kv = 0; kv < 2; ++kv) {
-        const std::string key = p + std::to_string(kv);
-        if (state.empty()) {
-          w.none(key);
-        } else {
-          for (int part = 0; part < 3; ++part)
-            w.array(key + "." + std::to_string(part), state[kv * 3 + part]);
-        }
-      }
+      w.triples(p, state);
       w.scalar(p + "2", q->offset());
       w.scalar(p + "3", q->group_size());
       w.scalar(p + "4", q->bits());
@@ -79,7 +96,8 @@ void save_prompt_cache(const std::filesystem::path& file, const Cache& cache,
       w.scalar(p + "2", c->offset());
     } else {
       fail(file.string(), "layer ", i,
-           ": only KVCache, RotatingKVCache and QuantizedKVCache can be saved");
+           ": only KVCache, RotatingKVCache, QuantizedKVCache and RotatingQuantizedKVCache can be ",
+           "saved");
     }
     meta["1." + std::to_string(i)] = cls;
   }
@@ -132,6 +150,10 @@ PromptCache load_prompt_cache(const std::filesystem::path& file) {
     if (is_none(key)) return std::nullopt;
     return get(key);
   };
+  auto triple = [&](const std::string& key) -> std::optional<QuantizedArray> {
+    if (is_none(key)) return std::nullopt;
+    return QuantizedArray{get(key + ".0"), get(key + ".1"), get(key + ".2")};
+  };
   int expect = 0;
   for (const auto& [i, cls] : classes) {
     check(i == expect++, where, "prompt cache: class entries are not numbered 0..n-1");
@@ -146,15 +168,17 @@ PromptCache load_prompt_cache(const std::filesystem::path& file) {
       out.cache.push_back(std::move(c));
     } else if (cls == "QuantizedKVCache") {
       auto c = std::make_unique<QuantizedKVCache>(scalar(p + "3"), scalar(p + "4"));
-      auto triple = [&](const std::string& key) -> std::optional<QuantizedArray> {
-        if (is_none(key)) return std::nullopt;
-        return QuantizedArray{get(key + ".0"), get(key + ".1"), get(key + ".2")};
-      };
       c->set_state(triple(p + "0"), triple(p + "1"), scalar(p + "2"));
+      out.cache.push_back(std::move(c));
+    } else if (cls == "RotatingQuantizedKVCache") {
+      auto c = std::make_unique<RotatingQuantizedKVCache>(scalar(p + "4"), scalar(p + "3"),
+                                                          scalar(p + "6"), scalar(p + "7"));
+      c->set_state(triple(p + "0"), triple(p + "1"), scalar(p + "2"), scalar(p + "5"));
       out.cache.push_back(std::move(c));
     } else {
       fail(where, "layer ", i, ": unsupported prompt-cache class '", cls,
-           "', expected KVCache, RotatingKVCache or QuantizedKVCache");
+           "', expected KVCache, RotatingKVCache, QuantizedKVCache or ",
+           "RotatingQuantizedKVCache");
     }
   }
   return out;

@@ -88,7 +88,7 @@ std::pair<QuantizedArray, QuantizedArray> QuantizedKVCache::update_and_fetch_qua
   return {map(*keys_, head), map(*values_, head)};
 }
 
-int QuantizedKVCache::trim(int n) {
+int QuantizedKVCache::trim(int n, bool) {
   n = std::min(offset_, n);
   offset_ -= n;
   return n;

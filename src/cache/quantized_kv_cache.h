@@ -23,7 +23,7 @@ class QuantizedKVCache : public KVCacheBase {
       const mx::array& keys, const mx::array& values) override;
   int offset() const override { return offset_; }
   bool is_trimmable() const override { return true; }
-  int trim(int n) override;
+  int trim(int n, bool bypass = false) override;
   Mask make_mask(int n, std::optional<int> window = std::nullopt,
                  bool return_array = false) const override;
   std::vector<mx::array> state() const override;

@@ -1,24 +1,36 @@
 #include "cache/rotating_kv_cache.h"
 
 #include <algorithm>
+#include <functional>
 
+#include "cache/rotating_quantized_kv_cache.h"
 #include "core/error.h"
 
 namespace lmx {
 
 namespace {
-constexpr const char* kWhere = "RotatingKVCache";
+
+using Parts = std::vector<mx::array>;
+
+Parts each(const Parts& parts, const std::function<mx::array(const mx::array&)>& f) {
+  Parts out;
+  out.reserve(parts.size());
+  for (const mx::array& a : parts) out.push_back(f(a));
+  return out;
+}
+
 }  // namespace
 
-RotatingKVCache::RotatingKVCache(int max_size, int keep) : keep_(keep), max_size_(max_size) {
-  check(max_size > 0, kWhere, "max_size must be > 0, got ", max_size);
-  check(keep >= 0 && keep < max_size, kWhere, "keep must be in [0, max_size), got ", keep,
+RotatingCacheBase::RotatingCacheBase(int max_size, int keep, const char* where)
+    : where_(where), keep_(keep), max_size_(max_size) {
+  check(max_size > 0, where, "max_size must be > 0, got ", max_size);
+  check(keep >= 0 && keep < max_size, where, "keep must be in [0, max_size), got ", keep,
         " with max_size ", max_size);
 }
 
 // Drops trim_size of the oldest non-keep rows (buffer in temporal order), then appends.
-mx::array RotatingKVCache::trim_rows(int trim_size, const mx::array& v,
-                                     const std::optional<mx::array>& append) const {
+mx::array RotatingCacheBase::trim_rows(int trim_size, const mx::array& v,
+                                       const std::optional<mx::array>& append) const {
   std::vector<mx::array> parts;
   if (trim_size > 0) {
     parts = {seq_slice(v, 0, keep_), seq_slice(v, trim_size + keep_, v.shape(2))};
@@ -30,7 +42,7 @@ mx::array RotatingKVCache::trim_rows(int trim_size, const mx::array& v,
 }
 
 // The ring rearranged into temporal order, the unused tail sliced off.
-mx::array RotatingKVCache::temporal_order(const mx::array& v) const {
+mx::array RotatingCacheBase::temporal_order(const mx::array& v) const {
   if (idx_ == v.shape(2)) return v;
   if (idx_ < offset_) {
     return mx::concatenate(
@@ -39,78 +51,82 @@ mx::array RotatingKVCache::temporal_order(const mx::array& v) const {
   return seq_slice(v, 0, idx_);
 }
 
-std::pair<mx::array, mx::array> RotatingKVCache::update_concat(const mx::array& keys,
-                                                               const mx::array& values) {
-  if (!keys_) {
-    keys_ = keys;
-    values_ = values;
+Parts RotatingCacheBase::update_concat(const Parts& rows) {
+  if (data_.empty()) {
+    data_ = rows;
   } else {
-    keys_ = temporal_order(*keys_);
-    values_ = temporal_order(*values_);
-    idx_ = keys_->shape(2);
+    data_ = each(data_, [&](const mx::array& v) { return temporal_order(v); });
+    idx_ = data_[0].shape(2);
     // At most max_size + L - 1 rows, so every new token sees max_size keys of context.
     const int trim_size = idx_ - max_size_ + 1;
-    keys_ = trim_rows(trim_size, *keys_, keys);
-    values_ = trim_rows(trim_size, *values_, values);
+    for (size_t i = 0; i < data_.size(); ++i) data_[i] = trim_rows(trim_size, data_[i], rows[i]);
   }
-  offset_ += keys.shape(2);
-  idx_ = keys_->shape(2);
-  return {*keys_, *values_};
+  offset_ += rows[0].shape(2);
+  idx_ = data_[0].shape(2);
+  rollback_ = rows[0].shape(2);
+  return data_;
 }
 
-std::pair<mx::array, mx::array> RotatingKVCache::update_in_place(const mx::array& keys,
-                                                                 const mx::array& values) {
-  const int B = keys.shape(0), H = keys.shape(1), S = keys.shape(2);
+Parts RotatingCacheBase::update_in_place(const Parts& rows) {
+  const int B = rows[0].shape(0), H = rows[0].shape(1), S = rows[0].shape(2);
   const int prev = offset_;
   // Grow in steps until max_size.
-  if (!keys_ || (prev >= keys_->shape(2) && keys_->shape(2) < max_size_)) {
+  if (data_.empty() || (prev >= data_[0].shape(2) && data_[0].shape(2) < max_size_)) {
     const int new_size = std::min(kStep, max_size_ - prev);
-    mx::array new_k = mx::zeros({B, H, new_size, keys.shape(3)}, keys.dtype());
-    mx::array new_v = mx::zeros({B, H, new_size, values.shape(3)}, values.dtype());
-    if (keys_) {
-      keys_ = mx::concatenate({*keys_, new_k}, 2);
-      values_ = mx::concatenate({*values_, new_v}, 2);
-    } else {
-      keys_ = new_k;
-      values_ = new_v;
+    Parts grown;
+    for (size_t i = 0; i < rows.size(); ++i) {
+      mx::array zeros = mx::zeros({B, H, new_size, rows[i].shape(3)}, rows[i].dtype());
+      grown.push_back(data_.empty() ? zeros : mx::concatenate({data_[i], zeros}, 2));
     }
+    data_ = std::move(grown);
     idx_ = prev;
   }
   // A multi-token write may have left more than max_size rows.
-  const int trim_size = keys_->shape(2) - max_size_;
+  const int trim_size = data_[0].shape(2) - max_size_;
   if (trim_size > 0) {
-    keys_ = trim_rows(trim_size, *keys_);
-    values_ = trim_rows(trim_size, *values_);
+    data_ = each(data_, [&](const mx::array& v) { return trim_rows(trim_size, v); });
     idx_ = max_size_;
   }
   if (idx_ == max_size_) idx_ = keep_;  // rotate
-  keys_ = seq_assign(*keys_, keys, idx_);
-  values_ = seq_assign(*values_, values, idx_);
+  for (size_t i = 0; i < data_.size(); ++i) data_[i] = seq_assign(data_[i], rows[i], idx_);
   offset_ += S;
   idx_ += S;
-  return keys_and_values();
+  rollback_ = 0;
+  return active();
 }
 
-std::pair<mx::array, mx::array> RotatingKVCache::update_and_fetch(const mx::array& keys,
-                                                                  const mx::array& values) {
-  if (keys.shape(2) == 1) return update_in_place(keys, values);
-  return update_concat(keys, values);
+Parts RotatingCacheBase::ring_update(const Parts& rows) {
+  if (rows[0].shape(2) == 1) return update_in_place(rows);
+  return update_concat(rows);
 }
 
-std::pair<mx::array, mx::array> RotatingKVCache::keys_and_values() const {
-  if (offset_ < keys_->shape(2))
-    return {seq_slice(*keys_, 0, offset_), seq_slice(*values_, 0, offset_)};
-  return {*keys_, *values_};
+Parts RotatingCacheBase::active() const {
+  if (offset_ < data_[0].shape(2))
+    return each(data_, [&](const mx::array& v) { return seq_slice(v, 0, offset_); });
+  return data_;
 }
 
-int RotatingKVCache::trim(int n) {
+int RotatingCacheBase::trim(int n, bool bypass) {
   n = std::min(offset_, n);
+  if (n <= 0) return 0;
+  if (!bypass) {
+    offset_ -= n;
+    idx_ -= n;
+    rollback_ = 0;  // the buffer now holds rows past idx
+    return n;
+  }
+  // Keeping a row of that write keeps the buffer what a cache given only those rows holds.
+  check(n < rollback_, where_, "trim(", n, ", bypass) drops rows of the last multi-token write ",
+        "and keeps at least one, expected n < ", rollback_, " (that write's rows still cached)");
+  const int size = data_[0].shape(2) - n;
+  data_ = each(data_, [&](const mx::array& v) { return seq_slice(v, 0, size); });
   offset_ -= n;
-  idx_ -= n;
+  idx_ = size;
+  rollback_ -= n;
   return n;
 }
 
-Mask RotatingKVCache::make_mask(int n, std::optional<int> window, bool return_array) const {
+Mask RotatingCacheBase::make_mask(int n, std::optional<int> window, bool return_array) const {
   if (n > 1) {
     const int w = window && *window ? *window : max_size_;
     const int off = std::min(max_size_ - 1, offset_);
@@ -128,26 +144,46 @@ Mask RotatingKVCache::make_mask(int n, std::optional<int> window, bool return_ar
   return {};
 }
 
-std::vector<mx::array> RotatingKVCache::state() const {
-  if (!keys_) return {};
-  return {*keys_, *values_};
+std::vector<mx::array> RotatingCacheBase::state() const { return data_; }
+
+size_t RotatingCacheBase::nbytes() const {
+  size_t n = 0;
+  for (const mx::array& a : data_) n += a.nbytes();
+  return n;
 }
 
-size_t RotatingKVCache::nbytes() const { return keys_ ? keys_->nbytes() + values_->nbytes() : 0; }
+void RotatingCacheBase::set_ring(Parts data, int offset, int idx, int rollback) {
+  data_ = std::move(data);
+  offset_ = offset;
+  idx_ = idx;
+  rollback_ = rollback;
+}
+
+RotatingKVCache::RotatingKVCache(int max_size, int keep)
+    : RotatingCacheBase(max_size, keep, "RotatingKVCache") {}
+
+std::pair<mx::array, mx::array> RotatingKVCache::update_and_fetch(const mx::array& keys,
+                                                                  const mx::array& values) {
+  Parts kv = ring_update({keys, values});
+  return {kv[0], kv[1]};
+}
 
 void RotatingKVCache::set_state(std::optional<mx::array> keys, std::optional<mx::array> values,
                                 int offset, int idx) {
-  keys_ = std::move(keys);
-  values_ = std::move(values);
-  offset_ = offset;
-  idx_ = idx;
+  Parts data;
+  if (keys && values) data = {*keys, *values};
+  set_ring(std::move(data), offset, idx);
 }
 
-std::unique_ptr<KVCacheBase> RotatingKVCache::to_quantized(int, int) const {
-  fail(kWhere,
-       "KV quantization of a sliding-window cache is not implemented (mlx-lm raises "
-       "NotImplementedError too), expected --kv-bits unset or --quantized-kv-start above "
-       "the context length");
+std::unique_ptr<KVCacheBase> RotatingKVCache::to_quantized(int group_size, int bits) const {
+  auto q = std::make_unique<RotatingQuantizedKVCache>(max_size(), keep(), group_size, bits);
+  std::optional<QuantizedArray> k, v;
+  if (!data().empty()) {
+    k = quantize_kv(data()[0], group_size, bits);
+    v = quantize_kv(data()[1], group_size, bits);
+  }
+  q->set_state(std::move(k), std::move(v), offset(), idx(), rollback_rows());
+  return q;
 }
 
 }  // namespace lmx

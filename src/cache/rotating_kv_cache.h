@@ -8,44 +8,71 @@
 
 namespace lmx {
 
-class RotatingKVCache : public KVCacheBase {
+// The ring mechanics, shared by the plain and the quantized rotating caches. K and V are stored
+// as `parts` arrays of (B, n_kv_heads, S, *) (K parts first, then V parts: one array each for the
+// plain cache, a quantized triple each for the quantized one); every row operation applies to
+// all of them alike, so quantizing rows commutes with the ring (mx::quantize works per row).
+class RotatingCacheBase : public KVCacheBase {
  public:
   static constexpr int kStep = 256;
-  explicit RotatingKVCache(int max_size, int keep = 0);
+  RotatingCacheBase(int max_size, int keep, const char* where);
 
-  std::pair<mx::array, mx::array> update_and_fetch(const mx::array& keys,
-                                                   const mx::array& values) override;
   int offset() const override { return offset_; }
   // Only before the ring wraps: afterwards the trimmed rows are gone.
   bool is_trimmable() const override { return offset_ < max_size_; }
-  int trim(int n) override;
+  // bypass = false: mlx-lm's trim (offset and ring index back by n, only valid before the wrap).
+  // bypass = true: speculative rollback that physically drops the last n rows, valid past the
+  // window because the last write was a multi-token one (buffer in temporal order); n must be
+  // less than that write's length, and the state is then that of a cache whose last write held
+  // only the first rows.
+  int trim(int n, bool bypass = false) override;
   Mask make_mask(int n, std::optional<int> window = std::nullopt,
                  bool return_array = false) const override;
   std::vector<mx::array> state() const override;
   size_t nbytes() const override;
-  int capacity() const override { return keys_ ? keys_->shape(2) : 0; }
-  // mlx-lm raises NotImplementedError ("RotatingKVCache Quantization NYI"); so does this.
-  std::unique_ptr<KVCacheBase> to_quantized(int group_size, int bits) const override;
+  int capacity() const override { return data_.empty() ? 0 : data_[0].shape(2); }
 
   int max_size() const { return max_size_; }
   int keep() const { return keep_; }
   int idx() const { return idx_; }  // the next write position in the ring
-  // mlx-lm's state setter (load_prompt_cache): buffers as stored (unset when empty).
-  void set_state(std::optional<mx::array> keys, std::optional<mx::array> values, int offset,
-                 int idx);
+  // Rows of the last multi-token write still in the buffer (what trim(n, true) may drop).
+  int rollback_rows() const { return rollback_; }
+
+ protected:
+  // Writes rows (the same parts layout as stored) and returns the active parts.
+  std::vector<mx::array> ring_update(const std::vector<mx::array>& rows);
+  // The state as stored (empty before the first write) and the ring position.
+  void set_ring(std::vector<mx::array> data, int offset, int idx, int rollback = 0);
+  const std::vector<mx::array>& data() const { return data_; }
 
  private:
-  std::pair<mx::array, mx::array> update_in_place(const mx::array& keys, const mx::array& values);
-  std::pair<mx::array, mx::array> update_concat(const mx::array& keys, const mx::array& values);
+  std::vector<mx::array> update_in_place(const std::vector<mx::array>& rows);
+  std::vector<mx::array> update_concat(const std::vector<mx::array>& rows);
   mx::array trim_rows(int trim_size, const mx::array& v,
                       const std::optional<mx::array>& append = std::nullopt) const;
   mx::array temporal_order(const mx::array& v) const;
-  std::pair<mx::array, mx::array> keys_and_values() const;
+  std::vector<mx::array> active() const;
 
+  const char* where_;
   int keep_, max_size_;
-  std::optional<mx::array> keys_, values_;
+  std::vector<mx::array> data_;
   int offset_ = 0;
   int idx_ = 0;
+  int rollback_ = 0;
+};
+
+class RotatingKVCache : public RotatingCacheBase {
+ public:
+  explicit RotatingKVCache(int max_size, int keep = 0);
+
+  std::pair<mx::array, mx::array> update_and_fetch(const mx::array& keys,
+                                                   const mx::array& values) override;
+  // A RotatingQuantizedKVCache holding the same rows quantized (mlx-lm raises
+  // NotImplementedError here; mlx-bun and mlx-optiq convert).
+  std::unique_ptr<KVCacheBase> to_quantized(int group_size, int bits) const override;
+  // mlx-lm's state setter (load_prompt_cache): buffers as stored (unset when empty).
+  void set_state(std::optional<mx::array> keys, std::optional<mx::array> values, int offset,
+                 int idx);
 };
 
 }  // namespace lmx

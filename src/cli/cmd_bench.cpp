@@ -73,6 +73,7 @@ BenchResult bench_one(LanguageModel& model, GenerateOptions opt, int prompt_toke
 
 void print_result(const std::string& dir, const LanguageModel& model, const GenerateOptions& opt,
                   int p, int g, const BenchResult& r, bool as_json) {
+  const auto& per_layer = opt.kv_config ? *opt.kv_config : model.kv_config();
   if (as_json) {
     json j = {{"model", dir},
               {"backend", backend_description()},
@@ -82,6 +83,7 @@ void print_result(const std::string& dir, const LanguageModel& model, const Gene
               {"generation_tps", r.generation_tps},
               {"peak_memory_gb", r.peak / 1e9},
               {"kv_bits", opt.kv_bits ? json(*opt.kv_bits) : json()},
+              {"kv_config_layers", per_layer.size()},
               {"kv_bytes", r.last.kv_bytes},
               {"kv_bytes_per_token", r.last.kv_bytes_per_token}};
     std::printf("%s\n", j.dump().c_str());
@@ -96,6 +98,7 @@ void print_result(const std::string& dir, const LanguageModel& model, const Gene
       kv = std::to_string(*opt.kv_bits) + "-bit, group " + std::to_string(opt.kv_group_size) +
            ", from token " + std::to_string(opt.quantized_kv_start);
     }
+    if (!per_layer.empty()) kv += ", " + std::to_string(per_layer.size()) + " layers by kv_config";
     std::printf("kv cache: %.3f MB, %.1f bytes per token (%s)\n", r.last.kv_bytes / 1e6,
                 r.last.kv_bytes_per_token, kv.c_str());
   }
@@ -134,7 +137,7 @@ int cmd_bench(const Args& args) {
   const std::string dir = f.required("model");
   LanguageModel model = LanguageModel::load(dir);
   GenerateOptions opt;
-  set_kv_cache_options(f, opt);
+  set_kv_cache_options(f, model, opt);
   const auto seed = static_cast<uint32_t>(f.integer("seed", 0));
   for (const auto& [p, g] : runs) {
     const BenchResult r = bench_one(model, opt, p, g, trials, seed);

@@ -32,13 +32,19 @@ std::vector<FlagSpec> kv_cache_flags() {
       {"kv-group-size", "group size of the KV cache quantization", false, "N", "64"},
       {"quantized-kv-start", "quantize the KV cache once it holds this many tokens", false, "N",
        "5000"},
+      {"kv-config", "per-layer KV bits: a kv_config.json, or 'off'", false, "PATH|off",
+       "the model's kv_config.json, if any"},
   };
 }
 
-void set_kv_cache_options(const Flags& f, GenerateOptions& o) {
+void set_kv_cache_options(const Flags& f, const LanguageModel& model, GenerateOptions& o) {
   o.kv_bits = f.opt_integer("kv-bits");
   o.kv_group_size = f.integer("kv-group-size", 64);
   o.quantized_kv_start = f.integer("quantized-kv-start", 5000);
+  if (f.has("kv-config")) {
+    const std::string path = f.str("kv-config");
+    o.kv_config = path == "off" ? std::vector<KVLayerBits>{} : model.read_kv_config(path);
+  }
 }
 
 GenerateOptions generate_options(const Flags& f) {
@@ -53,7 +59,6 @@ GenerateOptions generate_options(const Flags& f) {
   o.processors.repetition_penalty = f.opt_number("repetition-penalty");
   o.processors.repetition_context_size = f.integer("repetition-context-size", 20);
   if (auto s = f.opt_integer("seed")) o.seed = static_cast<uint64_t>(*s);
-  set_kv_cache_options(f, o);
   return o;
 }
 
@@ -74,9 +79,10 @@ int cmd_generate(const Args& args) {
     std::fputs(f.usage().c_str(), stdout);
     return 0;
   }
-  const GenerateOptions opt = generate_options(f);
+  GenerateOptions opt = generate_options(f);
   const std::string prompt = prompt_text(f);
   LanguageModel model = LanguageModel::load(f.required("model"));
+  set_kv_cache_options(f, model, opt);
   const std::vector<int> ids = model.encode(prompt);
   GenerationStats st = model.generate(ids, opt, [](const TokenOutput& t) {
     std::fwrite(t.text.data(), 1, t.text.size(), stdout);

@@ -16,9 +16,10 @@ int cmd_generate(const Args& args);
 // The sampling flags shared by generate and bench, and the options they set.
 std::vector<FlagSpec> sampling_flags();
 GenerateOptions generate_options(const Flags& flags);
-// mlx-lm's --kv-bits, --kv-group-size, --quantized-kv-start (generate and bench).
+// mlx-lm's --kv-bits, --kv-group-size, --quantized-kv-start and --kv-config (generate and bench;
+// a kv_config file is checked against the loaded model).
 std::vector<FlagSpec> kv_cache_flags();
-void set_kv_cache_options(const Flags& flags, GenerateOptions& options);
+void set_kv_cache_options(const Flags& flags, const LanguageModel& model, GenerateOptions& options);
 int cmd_convert(const Args& args);
 int cmd_bench(const Args& args);
 

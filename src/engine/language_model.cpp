@@ -2,6 +2,7 @@
 
 #include <variant>
 
+#include "cache/kv_config.h"
 #include "core/error.h"
 #include "generate/generate.h"
 #include "lmx/lmx.h"
@@ -34,6 +35,8 @@ struct LanguageModel::Impl {
   LoadedWeights loaded;
   Tokenizer tokenizer;
   std::vector<int> eos;
+  std::vector<KVLayerBits> kv_config;
+  int num_caches() const { return static_cast<int>(loaded.model->make_cache().size()); }
 };
 
 LanguageModel::LanguageModel(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -48,8 +51,17 @@ LanguageModel LanguageModel::load(const std::filesystem::path& dir) {
   // mlx-lm's TokenizerWrapper adds the tokenizer's own eos token to the config's ids.
   for (int id : tok.eos_token_ids())
     if (std::find(eos.begin(), eos.end(), id) == eos.end()) eos.push_back(id);
-  return LanguageModel(
-      std::make_unique<Impl>(Impl{std::move(loaded), std::move(tok), std::move(eos)}));
+  auto impl = std::make_unique<Impl>(Impl{std::move(loaded), std::move(tok), std::move(eos), {}});
+  // mlx-optiq's per-layer KV bits, used by generate unless the options say otherwise.
+  if (std::filesystem::exists(dir / "kv_config.json"))
+    impl->kv_config = lmx::read_kv_config(dir / "kv_config.json", impl->num_caches());
+  return LanguageModel(std::move(impl));
+}
+
+const std::vector<KVLayerBits>& LanguageModel::kv_config() const { return impl_->kv_config; }
+
+std::vector<KVLayerBits> LanguageModel::read_kv_config(const std::filesystem::path& file) const {
+  return lmx::read_kv_config(file, impl_->num_caches());
 }
 
 const std::string& LanguageModel::model_type() const { return impl_->loaded.info.model_type; }
@@ -91,8 +103,10 @@ GenerationStats LanguageModel::generate(const std::vector<int>& prompt,
   StreamingDetokenizer detok(impl_->tokenizer);
   std::string text;
   bool stopped = false;
+  GenerateOptions opt = options;
+  if (!opt.kv_config) opt.kv_config = impl_->kv_config;
   GenerationStats stats =
-      lmx::generate(*impl_->loaded.model, prompt, options,
+      lmx::generate(*impl_->loaded.model, prompt, opt,
                     options.ignore_eos ? std::vector<int>{} : impl_->eos, [&](const Step& s) {
                       text = detok.add(s.token);
                       stopped = !on_token(TokenOutput{s.token, text});

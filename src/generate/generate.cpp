@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "cache/kv_config.h"
 #include "cache/quantized_kv_cache.h"
 #include "core/error.h"
 
@@ -22,6 +23,8 @@ TokenGenerator::TokenGenerator(Model& model, Cache& cache, std::vector<int> prom
   check(opt_.prefill_step_size > 0, "generate", "prefill_step_size must be > 0");
   validate(opt_.processors);
   if (opt_.kv_bits) QuantizedKVCache::validate(opt_.kv_group_size, *opt_.kv_bits);
+  if (opt_.kv_config)
+    validate_kv_config(*opt_.kv_config, static_cast<int>(cache_.size()), "generate: kv_config");
   if (opt_.seed) mx::random::seed(*opt_.seed);
   start_ = Clock::now();
   stats_.prompt_tokens = static_cast<int>(prompt.size());
@@ -94,10 +97,22 @@ std::optional<Step> TokenGenerator::next() {
 }
 
 void maybe_quantize_kv_cache(Cache& cache, const GenerateOptions& options) {
-  if (!options.kv_bits) return;
-  for (auto& c : cache) {
-    if (c->offset() < options.quantized_kv_start) continue;
-    if (auto q = c->to_quantized(options.kv_group_size, *options.kv_bits)) c = std::move(q);
+  const bool per_layer = options.kv_config && !options.kv_config->empty();
+  if (!options.kv_bits && !per_layer) return;
+  for (size_t i = 0; i < cache.size(); ++i) {
+    auto& c = cache[i];
+    const KVLayerBits* layer = nullptr;
+    if (per_layer)
+      for (const KVLayerBits& e : *options.kv_config)
+        if (e.layer == static_cast<int>(i)) layer = &e;
+    std::unique_ptr<KVCacheBase> q;
+    if (layer) {
+      // mlx-bun / mlx-optiq: from the first cached token (prefill runs unquantized).
+      if (c->offset() > 0) q = c->to_quantized(layer->group_size, layer->bits);
+    } else if (options.kv_bits && c->offset() >= options.quantized_kv_start) {
+      q = c->to_quantized(options.kv_group_size, *options.kv_bits);
+    }
+    if (q) c = std::move(q);
   }
 }
 

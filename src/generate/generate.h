@@ -40,7 +40,9 @@ class TokenGenerator {
 };
 
 // mlx-lm's maybe_quantize_kv_cache: with kv_bits set, every cache that has a quantized form and
-// holds >= quantized_kv_start tokens is replaced by it.
+// holds >= quantized_kv_start tokens is replaced by it. A layer listed in kv_config is instead
+// quantized at its own bits once its cache holds a token. Sliding-window caches become
+// RotatingQuantizedKVCache (where mlx-lm raises NotImplementedError).
 void maybe_quantize_kv_cache(Cache& cache, const GenerateOptions& options);
 
 // Streams tokens to `on_token` until max_tokens, an EOS id, or on_token returning false.

@@ -1,6 +1,7 @@
 // Real checkpoint: Gemma 3 270M (the Q4_K_M GGUF converted by lmx convert) must reproduce
 // mlx-lm's 128 greedy tokens and bit-identical first-step log-probabilities for the same prompt
-// ids, including a prompt longer than the 512-token sliding window (scripts/gen_golden_gemma3.py).
+// ids, including a prompt longer than the 512-token sliding window, once more with 8-bit KV caches
+// (quantized rings on the sliding layers; scripts/gen_golden_gemma3.py).
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -30,7 +31,12 @@ TEST(GoldenGemma3, GreedyTokensAndLogprobsIdentical) {
   for (const auto& c : golden["cases"]) {
     SCOPED_TRACE("case " + std::to_string(case_idx));
     GenerateOptions opt;
-    opt.max_tokens = golden["max_tokens"].get<int>();
+    opt.max_tokens = c["max_tokens"].get<int>();
+    if (!c["kv"].is_null()) {
+      opt.kv_bits = c["kv"]["kv_bits"].get<int>();
+      opt.kv_group_size = c["kv"]["kv_group_size"].get<int>();
+      opt.quantized_kv_start = c["kv"]["quantized_kv_start"].get<int>();
+    }
     Cache cache = lw.model->make_cache();
     TokenGenerator gen(*lw.model, cache, c["prompt_ids"].get<std::vector<int>>(), opt);
     std::vector<int> got;
@@ -50,7 +56,7 @@ TEST(GoldenGemma3, GreedyTokensAndLogprobsIdentical) {
     EXPECT_EQ(got, c["tokens"].get<std::vector<int>>());
     ++case_idx;
   }
-  EXPECT_EQ(case_idx, 2);
+  EXPECT_EQ(case_idx, 3);
 }
 
 // lmx's tokenizer on the converted tokenizer.json gives mlx-lm's prompt ids and text.

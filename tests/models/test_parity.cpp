@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "cache/kv_config.h"
 #include "core/json.h"
 #include "generate/generate.h"
 #include "io/safetensors.h"
@@ -64,7 +65,7 @@ struct Call {
 struct Reference {
   std::vector<Call> calls;
   std::vector<int> generated;
-  GenerateOptions kv;  // kv_bits / kv_group_size / quantized_kv_start of the run
+  GenerateOptions kv;  // kv_bits / kv_group_size / quantized_kv_start / kv_config of the run
   Weights taps;        // call_NNN.tap.<layer> and call_NNN.tap.final
 };
 
@@ -144,6 +145,12 @@ class Parity : public ::testing::TestWithParam<std::string> {
     ASSERT_FALSE(ref_.calls.empty());
     loaded_ = load_model(dir_);
     ASSERT_NE(loaded_.model, nullptr);
+    // Per-layer KV bits, read as LanguageModel::load reads them.
+    if (fs::exists(dir_ / "kv_config.json")) {
+      const int num_caches = static_cast<int>(loaded_.model->make_cache().size());
+      ref_.kv.kv_config = read_kv_config(dir_ / "kv_config.json", num_caches);
+      ASSERT_FALSE(ref_.kv.kv_config->empty());
+    }
   }
 
   // Replays the reference calls in order, feeding `input(i)` to call i and handing its logits to

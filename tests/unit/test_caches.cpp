@@ -11,6 +11,7 @@
 #include "cache/prompt_cache.h"
 #include "cache/quantized_kv_cache.h"
 #include "cache/rotating_kv_cache.h"
+#include "cache/rotating_quantized_kv_cache.h"
 #include "core/error.h"
 #include "generate/generate.h"
 #include "io/safetensors.h"
@@ -54,6 +55,10 @@ std::unique_ptr<KVCacheBase> make_cache(const json& spec) {
   if (type == "RotatingKVCache")
     return std::make_unique<RotatingKVCache>(spec.at("max_size").get<int>(),
                                              spec.at("keep").get<int>());
+  if (type == "RotatingQuantizedKVCache")
+    return std::make_unique<RotatingQuantizedKVCache>(
+        spec.at("max_size").get<int>(), spec.at("keep").get<int>(),
+        spec.at("group_size").get<int>(), spec.at("bits").get<int>());
   if (type == "QuantizedKVCache")
     return std::make_unique<QuantizedKVCache>(spec.at("group_size").get<int>(),
                                               spec.at("bits").get<int>());
@@ -63,7 +68,7 @@ std::unique_ptr<KVCacheBase> make_cache(const json& spec) {
 void expect_state(const KVCacheBase& c, const json& after, const std::string& where) {
   EXPECT_EQ(c.offset(), after.at("offset").get<int>()) << where << ": offset";
   if (after.contains("idx")) {
-    const auto* r = dynamic_cast<const RotatingKVCache*>(&c);
+    const auto* r = dynamic_cast<const RotatingCacheBase*>(&c);
     ASSERT_NE(r, nullptr) << where;
     EXPECT_EQ(r->idx(), after.at("idx").get<int>()) << where << ": ring index";
   }
@@ -127,6 +132,27 @@ int replay(const Fixtures& f, const json& scenario) {
     } else if (kind == "trim") {
       EXPECT_EQ(cache->trim(op.at("n").get<int>()), op.at("result").get<int>()) << where;
       expect_state(*cache, op.at("after"), where);
+    } else if (kind == "rollback") {
+      // lmx gets all `length` tokens and drops the last n; mlx-lm's cache got only the rest.
+      const std::string in = op.at("inputs");
+      const mx::array& k = f.at(in + ".keys");
+      const mx::array& v = f.at(in + ".values");
+      if (cache->quantization()) {
+        cache->update_and_fetch_quantized(k, v);
+      } else {
+        cache->update_and_fetch(k, v);
+      }
+      const int n = op.at("n").get<int>();
+      EXPECT_EQ(cache->trim(n, /*bypass=*/true), n) << where;
+      const std::vector<mx::array> state = cache->state();
+      const int parts = op.at("parts").get<int>();
+      EXPECT_EQ(static_cast<int>(state.size()), parts) << where;
+      for (int j = 0; j < parts && j < static_cast<int>(state.size()); ++j) {
+        const std::string key = op.at("state").get<std::string>() + "." + std::to_string(j);
+        EXPECT_TRUE(identical(state[j], f.at(key))) << where << ": " << key;
+        ++compared;
+      }
+      expect_state(*cache, op.at("after"), where);
     } else if (kind == "to_quantized") {
       auto q = cache->to_quantized(op.at("group_size").get<int>(), op.at("bits").get<int>());
       EXPECT_NE(q, nullptr) << where;
@@ -151,7 +177,8 @@ TEST(CacheFixtures, EveryOperationMatchesMlxLm) {
     ++scenarios;
   }
   EXPECT_GE(scenarios, 10);
-  EXPECT_EQ(types, (std::set<std::string>{"KVCache", "QuantizedKVCache", "RotatingKVCache"}));
+  EXPECT_EQ(types, (std::set<std::string>{"KVCache", "QuantizedKVCache", "RotatingKVCache",
+                                          "RotatingQuantizedKVCache"}));
   EXPECT_GT(compared, 1000);
 }
 
@@ -225,6 +252,50 @@ TEST(PromptCache, SavesMlxLmLayout) {
   continue_like_mlx_lm(f, again.cache, pc.at("steps"));
 }
 
+// lmx's RotatingQuantizedKVCache (no mlx-lm counterpart) saves and loads in the same layout:
+// the loaded ring holds the same triples and continues exactly like the saved one.
+TEST(PromptCache, RoundTripsRotatingQuantizedCaches) {
+  Cache cache;
+  cache.push_back(std::make_unique<RotatingKVCache>(8, 1));
+  cache.push_back(std::make_unique<RotatingQuantizedKVCache>(8, 0, 32, 4));
+  for (int i = 0; i < 11; ++i)
+    for (auto& c : cache) {
+      mx::array k = mx::astype(mx::random::normal({1, 2, 1, 64}), mx::bfloat16);
+      if (c->quantization()) {
+        c->update_and_fetch_quantized(k, k);
+      } else {
+        c->update_and_fetch(k, k);
+      }
+    }
+  cache[0] = cache[0]->to_quantized(64, 8);
+  const auto file = std::filesystem::temp_directory_path() /
+                    ("lmx_prompt_cache_rq_" + std::to_string(::getpid()) + ".safetensors");
+  save_prompt_cache(file, cache, {{"k", "v"}});
+  PromptCache loaded = load_prompt_cache(file);
+  std::filesystem::remove(file);
+  ASSERT_EQ(loaded.cache.size(), 2u);
+  mx::array k = mx::astype(mx::random::normal({1, 2, 1, 64}), mx::bfloat16);
+  for (size_t i = 0; i < 2; ++i) {
+    auto* a = dynamic_cast<RotatingQuantizedKVCache*>(cache[i].get());
+    auto* b = dynamic_cast<RotatingQuantizedKVCache*>(loaded.cache[i].get());
+    ASSERT_NE(a, nullptr);
+    ASSERT_NE(b, nullptr);
+    EXPECT_EQ(b->offset(), a->offset());
+    EXPECT_EQ(b->idx(), a->idx());
+    EXPECT_EQ(b->keep(), a->keep());
+    EXPECT_EQ(b->max_size(), a->max_size());
+    EXPECT_EQ(b->quantization()->bits, a->quantization()->bits);
+    EXPECT_EQ(b->quantization()->group_size, a->quantization()->group_size);
+    auto [ka, va] = a->update_and_fetch_quantized(k, k);
+    auto [kb, vb] = b->update_and_fetch_quantized(k, k);
+    for (auto [x, y] : {std::pair{&ka, &kb}, std::pair{&va, &vb}}) {
+      EXPECT_TRUE(identical(y->packed, x->packed)) << i;
+      EXPECT_TRUE(identical(y->scales, x->scales)) << i;
+      EXPECT_TRUE(identical(y->biases, x->biases)) << i;
+    }
+  }
+}
+
 TEST(PromptCache, RejectsUnknownClasses) {
   const auto path = std::filesystem::temp_directory_path() /
                     ("lmx_prompt_cache_bad_" + std::to_string(::getpid()) + ".safetensors");
@@ -249,11 +320,40 @@ TEST(RotatingKVCache, TrimmableOnlyBeforeTheRingWraps) {
   EXPECT_EQ(c.idx(), 1);
 }
 
-TEST(RotatingKVCache, RefusesQuantizationLikeMlxLm) {
-  RotatingKVCache c(8);
-  EXPECT_THROW(c.to_quantized(64, 4), Error);
+// Where mlx-lm raises NotImplementedError, the ring converts: same offset, ring index, window.
+TEST(RotatingKVCache, QuantizesIntoARotatingQuantizedCache) {
+  RotatingKVCache c(8, 1);
+  for (int i = 0; i < 10; ++i) c.update_and_fetch(rows(1, i), rows(1, i));
+  auto q = c.to_quantized(64, 4);
+  auto* rq = dynamic_cast<RotatingQuantizedKVCache*>(q.get());
+  ASSERT_NE(rq, nullptr);
+  EXPECT_EQ(rq->offset(), 10);
+  EXPECT_EQ(rq->idx(), c.idx());
+  EXPECT_EQ(rq->max_size(), 8);
+  EXPECT_EQ(rq->keep(), 1);
+  ASSERT_TRUE(rq->quantization());
+  EXPECT_EQ(rq->quantization()->bits, 4);
+  EXPECT_EQ(rq->to_quantized(64, 8), nullptr);  // already quantized: left alone
+  EXPECT_THROW(rq->update_and_fetch(rows(1, 1), rows(1, 1)), Error);
+  EXPECT_THROW(RotatingQuantizedKVCache(8, 0, 64, 7), Error);
   EXPECT_THROW(RotatingKVCache(0), Error);
   EXPECT_THROW(RotatingKVCache(4, 4), Error);
+}
+
+// A bypass trim drops rows of the last multi-token write only, and keeps at least one of them.
+TEST(RotatingKVCache, BypassTrimRefusesRowsItCannotDrop) {
+  RotatingKVCache c(8);
+  c.update_and_fetch(rows(5, 1), rows(5, 1));
+  EXPECT_THROW(c.trim(5, true), Error);
+  EXPECT_EQ(c.trim(2, true), 2);
+  EXPECT_EQ(c.offset(), 3);
+  EXPECT_EQ(c.state()[0].shape(2), 3);
+  EXPECT_EQ(c.trim(2, true), 2);
+  EXPECT_EQ(c.idx(), 1);
+  EXPECT_THROW(c.trim(1, true), Error);  // one row of that write left
+  c.update_and_fetch(rows(1, 2), rows(1, 2));
+  EXPECT_THROW(c.trim(1, true), Error);  // single-token write: ring order
+  EXPECT_EQ(c.trim(1), 1);               // mlx-lm's trim, before the wrap
 }
 
 TEST(QuantizedKVCache, StoresTriplesOnly) {
@@ -303,8 +403,36 @@ TEST(MaybeQuantizeKVCache, ConvertsPlainCachesFromTheStartOffset) {
   EXPECT_EQ(cache[0]->offset(), 5);
   EXPECT_FALSE(cache[1]->quantization());  // offset 3 < 4
   EXPECT_FALSE(cache[2]->quantization());
-  o.quantized_kv_start = 3;  // now the rotating cache qualifies, and mlx-lm raises
-  EXPECT_THROW(maybe_quantize_kv_cache(cache, o), Error);
+  o.quantized_kv_start = 3;  // now the rotating cache qualifies (mlx-lm would raise)
+  maybe_quantize_kv_cache(cache, o);
+  EXPECT_TRUE(cache[1]->quantization());
+  EXPECT_NE(dynamic_cast<RotatingQuantizedKVCache*>(cache[2].get()), nullptr);
+}
+
+// kv_config entries quantize their layer at their own bits from the first token; kv_bits and
+// quantized_kv_start cover the other layers.
+TEST(MaybeQuantizeKVCache, PerLayerBitsFromKvConfig) {
+  Cache cache;
+  for (int i = 0; i < 3; ++i) cache.push_back(std::make_unique<KVCache>());
+  cache.push_back(std::make_unique<RotatingKVCache>(8));
+  for (int i = 0; i < 3; ++i) cache[i]->update_and_fetch(rows(2, 1), rows(2, 1));
+  GenerateOptions o;
+  o.kv_config = std::vector<KVLayerBits>{{0, 4, 32}, {3, 8, 64}};
+  maybe_quantize_kv_cache(cache, o);
+  ASSERT_TRUE(cache[0]->quantization());
+  EXPECT_EQ(cache[0]->quantization()->bits, 4);
+  EXPECT_EQ(cache[0]->quantization()->group_size, 32);
+  EXPECT_FALSE(cache[1]->quantization());  // not listed, kv_bits unset
+  EXPECT_FALSE(cache[3]->quantization());  // listed but still empty
+  cache[3]->update_and_fetch(rows(1, 1), rows(1, 1));
+  o.kv_bits = 2;
+  o.quantized_kv_start = 2;
+  maybe_quantize_kv_cache(cache, o);
+  ASSERT_TRUE(cache[3]->quantization());
+  EXPECT_EQ(cache[3]->quantization()->bits, 8);
+  EXPECT_EQ(cache[0]->quantization()->bits, 4);  // converted once
+  ASSERT_TRUE(cache[1]->quantization());
+  EXPECT_EQ(cache[1]->quantization()->bits, 2);
 }
 
 }  // namespace
