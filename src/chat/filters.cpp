@@ -66,6 +66,7 @@ Value select_like(const Value& v, const CallArgs& a, bool by_attr, bool keep) {
   const Value* test = arg(a, test_at, "\x01");
   CallArgs targs;
   for (size_t k = test_at + 1; k < a.positional.size(); ++k) targs.positional.push_back(a.positional[k]);
+  if (!truthy(v)) return Value::make_list();  // jinja2's select_or_reject: `if value:`
   for (const auto& item : iterate(v)) {
     const Value x = attr ? attribute_path(item, to_str(*attr)) : item;
     const bool ok = test ? apply_test(to_str(*test), x, targs) : truthy(x);
@@ -227,6 +228,7 @@ const std::map<std::string, Filter>& filters() {
          const Value* fallback = a.get(static_cast<size_t>(-1), "default");
          CallArgs fargs;
          for (size_t k = 1; k < a.positional.size(); ++k) fargs.positional.push_back(a.positional[k]);
+         if (!truthy(v)) return Value::make_list();  // do_map: `if value:`
          for (const auto& x : iterate(v)) {
            if (attribute) {
              Value y = attribute_path(x, to_str(*attribute));

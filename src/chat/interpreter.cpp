@@ -277,7 +277,7 @@ class Renderer {
         if (!scope->vars.count(p.name))
           scope->vars[p.name] = p.default_value ? eval(*p.default_value, scope)
                                                 : Value::undefined("'" + p.name + "' is undefined");
-      scope->vars["varargs"] = Value::make_list(std::move(varargs));
+      scope->vars["varargs"] = Value::make_tuple(std::move(varargs));
       scope->vars["kwargs"] = kwargs;
       std::string out;
       exec(st->body, scope, out);
@@ -291,7 +291,13 @@ class Renderer {
   CallArgs eval_args(const std::vector<Arg>& args, const ScopePtr& scope) {
     CallArgs out;
     for (const auto& a : args) {
-      if (a.name.empty()) out.positional.push_back(eval(*a.value, scope));
+      if (a.name == "*") {
+        for (auto& v : iterate(eval(*a.value, scope))) out.positional.push_back(std::move(v));
+      } else if (a.name == "**") {
+        const Value d = eval(*a.value, scope);
+        if (!d.is_dict()) throw TemplateError("argument after ** must be a mapping");
+        for (const auto& [k, v] : d.dict->entries) out.keyword.emplace_back(k, v);
+      } else if (a.name.empty()) out.positional.push_back(eval(*a.value, scope));
       else out.keyword.emplace_back(a.name, eval(*a.value, scope));
     }
     return out;
@@ -325,6 +331,7 @@ class Renderer {
       case Expr::Kind::Tuple: {
         List items;
         for (const auto& x : e.items) items.push_back(eval(*x, scope));
+        if (e.kind == Expr::Kind::Tuple) return Value::make_tuple(std::move(items));
         return Value::make_list(std::move(items));
       }
       case Expr::Kind::Dict: {

@@ -39,7 +39,7 @@ bool same(const Value& a, const Value& b) {
 const std::map<std::string, Test>& tests() {
   static const std::map<std::string, Test> table = {
       {"boolean", [](const Value& v, const CallArgs&) { return v.kind == Value::Kind::Bool; }},
-      {"callable", [](const Value& v, const CallArgs&) { return v.is_callable(); }},
+      {"callable", [](const Value& v, const CallArgs&) { return v.is_callable() || v.is_undefined(); }},
       {"defined", [](const Value& v, const CallArgs&) { return !v.is_undefined(); }},
       {"undefined", [](const Value& v, const CallArgs&) { return v.is_undefined(); }},
       {"divisibleby", [](const Value& v, const CallArgs& a) {

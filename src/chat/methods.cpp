@@ -265,7 +265,7 @@ bool among(const char* (&names)[N], const std::string& n) {
 
 Value dict_items(const Value& d) {
   List out;
-  for (const auto& [k, v] : d.dict->entries) out.push_back(Value::make_list({Value::string(k), v}));
+  for (const auto& [k, v] : d.dict->entries) out.push_back(Value::make_tuple({Value::string(k), v}));
   return Value::make_list(std::move(out));
 }
 

@@ -457,8 +457,9 @@ class Parser {
     expect_op("(");
     while (!is_op(")")) {
       Arg a;
-      if (is_op("*") || is_op("**")) error("*args and **kwargs in calls are not supported");
-      if (cur().type == T::Name && peek().type == T::Op && peek().value == "=") {
+      if (is_op("*") || is_op("**")) {
+        a.name = next().value;
+      } else if (cur().type == T::Name && peek().type == T::Op && peek().value == "=") {
         a.name = next().value;
         ++i_;
       }

@@ -71,6 +71,11 @@ Value Value::make_list(List items) {
   v.list = std::make_shared<List>(std::move(items));
   return v;
 }
+Value Value::make_tuple(List items) {
+  Value v = make_list(std::move(items));
+  v.tuple = true;
+  return v;
+}
 Value Value::make_dict() {
   Value v;
   v.kind = Kind::Dict;
@@ -285,11 +290,12 @@ std::string to_repr(const Value& v) {
   switch (v.kind) {
     case Value::Kind::String: return repr_string(v.s);
     case Value::Kind::List: {
-      std::string out = "[";
+      std::string out = v.tuple ? "(" : "[";
       for (size_t k = 0; k < v.list->size(); ++k) {
         if (k) out += ", ";
         out += to_repr((*v.list)[k]);
       }
+      if (v.tuple) return out + (v.list->size() == 1 ? ",)" : ")");
       return out + "]";
     }
     case Value::Kind::Dict: {
@@ -331,7 +337,7 @@ bool equal(const Value& a, const Value& b) {
     case Value::Kind::None: return true;
     case Value::Kind::String: return a.s == b.s;
     case Value::Kind::List:
-      if (a.list->size() != b.list->size()) return false;
+      if (a.tuple != b.tuple || a.list->size() != b.list->size()) return false;
       for (size_t k = 0; k < a.list->size(); ++k)
         if (!equal((*a.list)[k], (*b.list)[k])) return false;
       return true;

@@ -46,6 +46,7 @@ struct Value {
   enum class Kind { Undefined, None, Bool, Int, Float, String, List, Dict, Callable };
   Kind kind = Kind::Undefined;
   bool b = false;
+  bool tuple = false;  // a List that Python would hold as a tuple: repr "(a, b)"
   int64_t i = 0;
   double f = 0;
   std::string s;  // String; for Undefined the name that was looked up (for error messages)
@@ -61,6 +62,7 @@ struct Value {
   static Value number(double v);
   static Value string(std::string v);
   static Value make_list(List items = {});
+  static Value make_tuple(List items);
   static Value make_dict();
   static Value function(std::string name, std::function<Value(const CallArgs&)> fn);
 
