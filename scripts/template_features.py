@@ -48,6 +48,10 @@ FEATURES = {
                                       "{{ l[::2] }} {{ s[1:3] }} {{ s[-2:] }} {{ s[::-1] }} {{ s[0] }} "
                                       "{{ d['a'] }} {{ d.b }} {{ d.nested.k[2].z }} {{ l.0 }} {{ l[5:] }}",
                           "kwargs": {"l": L, "s": "héllo", "d": D}},
+    "non_string_keys": {"template": "{% set d = {0: 'a', 512: 'b', 1.0: 'c', true: 'd', none: 'n', 'k': 1} %}{{ d }} "
+                                    "{{ d[0] }}{{ d[1] }}{{ d[512] }}{{ d[none] }} {{ d | tojson }} {{ 0 in d }} {{ 7 in d }} "
+                                    "{{ d.get(512) }} {% for k in d %}{{ k is number }}{% endfor %} "
+                                    "{% for k, v in {2: 'x', 1: 'y'} | dictsort %}{{ k + 1 }}{{ v }}{% endfor %}"},
     "tuples_lists_dicts": {"template": "{% set t = (1, 2) %}{{ t[1] }} {{ [1, [2, 3]][1][0] }} "
                                        "{{ {'a': {'b': 'c'}}['a']['b'] }} {{ ('x',) | length }}"},
     "string_percent_format": {"template": "{{ '%s and %s' % ('a', 1) }} {{ '%d%%' % 50 }} {{ '%05.2f' % 3.14159 }} "

@@ -337,7 +337,7 @@ class Renderer {
       case Expr::Kind::Dict: {
         Value d = Value::make_dict();
         for (size_t k = 0; k + 1 < e.items.size(); k += 2)
-          d.dict->set(to_str(eval(*e.items[k], scope)), eval(*e.items[k + 1], scope));
+          d.dict->set_key(eval(*e.items[k], scope), eval(*e.items[k + 1], scope));
         return d;
       }
       case Expr::Kind::Attr: return get_attr(eval(*e.items[0], scope), e.name);

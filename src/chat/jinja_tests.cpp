@@ -20,7 +20,7 @@ bool contains(const Value& container, const Value& x) {
     if (!x.is_string()) throw TemplateError("'in <string>' requires string as left operand");
     return container.s.find(x.s) != std::string::npos;
   }
-  if (container.is_dict()) return x.is_string() && container.dict->find(x.s);
+  if (container.is_dict()) return container.dict->find(Dict::encode_key(x)) != nullptr;
   for (const auto& item : iterate(container))
     if (equal(item, x)) return true;
   return false;

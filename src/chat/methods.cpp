@@ -265,7 +265,7 @@ bool among(const char* (&names)[N], const std::string& n) {
 
 Value dict_items(const Value& d) {
   List out;
-  for (const auto& [k, v] : d.dict->entries) out.push_back(Value::make_tuple({Value::string(k), v}));
+  for (const auto& [k, v] : d.dict->entries) out.push_back(Value::make_tuple({d.dict->key_value(k), v}));
   return Value::make_list(std::move(out));
 }
 
@@ -322,18 +322,18 @@ Value get_attr(const Value& obj, const std::string& name) {
         if (name == "items") return dict_items(d);
         if (name == "copy") {
           Value c = Value::make_dict();
-          c.dict->entries = d.dict->entries;
+          *c.dict = *d.dict;
           return c;
         }
         if (name == "get") {
           const Value* k = a.get(0, "\x01");
           if (!k) throw TemplateError("get expected at least 1 argument, got 0");
-          const Value* v = k->is_string() ? d.dict->find(k->s) : nullptr;
+          const Value* v = d.dict->find(Dict::encode_key(*k));
           const Value* fallback = a.get(1, "\x01");
           return v ? *v : fallback ? *fallback : Value::none();
         }
         List out;
-        for (const auto& [k, v] : d.dict->entries) out.push_back(name == "keys" ? Value::string(k) : v);
+        for (const auto& [k, v] : d.dict->entries) out.push_back(name == "keys" ? d.dict->key_value(k) : v);
         return Value::make_list(std::move(out));
       });
     }
@@ -369,8 +369,8 @@ Value get_attr(const Value& obj, const std::string& name) {
 
 Value get_item(const Value& obj, const Value& key) {
   if (obj.is_undefined()) throw TemplateError(obj.s.empty() ? "undefined value has no items" : obj.s);
-  if (obj.is_dict() && key.is_string()) {
-    if (const Value* v = obj.dict->find(key.s)) return *v;
+  if (obj.is_dict()) {
+    if (const Value* v = obj.dict->find(Dict::encode_key(key))) return *v;
   } else if ((obj.is_list() || obj.is_string()) && key.is_int()) {
     const int64_t n = length(obj);
     int64_t k = key.as_int();
@@ -438,6 +438,7 @@ Value global(const std::string& name) {
       for (const auto& p : a.positional) {
         if (!p.is_dict()) throw TemplateError(name + "() positional argument must be a dict");
         d.dict->entries = p.dict->entries;
+        d.dict->odd_keys = p.dict->odd_keys;
       }
       for (const auto& [k, v] : a.keyword) d.dict->set(k, v);
       return d;

@@ -25,6 +25,27 @@ void Dict::set(const std::string& key, Value v) {
   entries.emplace_back(key, std::move(v));
 }
 
+std::string Dict::encode_key(const Value& key) {
+  if (key.is_string()) return key.s;
+  std::string out(1, '\0');
+  if (key.is_number() && key.as_double() == static_cast<double>(key.as_int()))
+    return out.append(std::to_string(key.as_int()));
+  return out.append(to_repr(key));
+}
+
+void Dict::set_key(const Value& key, Value v) {
+  const std::string k = encode_key(key);
+  if (!key.is_string() && !find(k)) odd_keys.emplace_back(k, key);
+  set(k, std::move(v));
+}
+
+Value Dict::key_value(const std::string& stored) const {
+  if (stored.empty() || stored[0] != '\0') return Value::string(stored);
+  for (const auto& [k, v] : odd_keys)
+    if (k == stored) return v;
+  return Value::string(stored.substr(1));
+}
+
 const Value* CallArgs::get(size_t index, std::string_view name) const {
   for (const auto& [k, v] : keyword)
     if (k == name) return &v;
@@ -271,7 +292,13 @@ void dump(const Value& v, const JsonDumpOptions& opt, int level, std::string& ou
       for (size_t k = 0; k < items.size(); ++k) {
         if (k) out += opt.item_sep;
         if (opt.indent >= 0) newline(level + 1);
-        json_string(items[k]->first, opt.ensure_ascii, out);
+        const Value key = v.dict->key_value(items[k]->first);
+        // json.dumps turns int/float/bool/None keys into strings.
+        json_string(key.is_string() ? key.s
+                    : key.is_none() ? "null"
+                    : key.kind == Value::Kind::Bool ? (key.b ? "true" : "false")
+                                                     : to_str(key),
+                    opt.ensure_ascii, out);
         out += opt.key_sep;
         dump(items[k]->second, opt, level + 1, out);
       }
@@ -304,7 +331,7 @@ std::string to_repr(const Value& v) {
       for (const auto& [k, item] : v.dict->entries) {
         if (!first) out += ", ";
         first = false;
-        out += repr_string(k) + ": " + to_repr(item);
+        out += to_repr(v.dict->key_value(k)) + ": " + to_repr(item);
       }
       return out + (v.dict->is_namespace ? "}>" : "}");
     }
@@ -420,7 +447,7 @@ List iterate(const Value& v) {
     case Value::Kind::Dict: {
       List keys;
       if (v.dict->is_namespace) break;
-      for (const auto& e : v.dict->entries) keys.push_back(Value::string(e.first));
+      for (const auto& e : v.dict->entries) keys.push_back(v.dict->key_value(e.first));
       return keys;
     }
     case Value::Kind::String: {

@@ -19,13 +19,18 @@ using ojson = nlohmann::ordered_json;
 struct Value;
 using List = std::vector<Value>;
 
-// A Python dict with string keys (all a chat template receives or builds), in insertion order.
+// A Python dict in insertion order. Keys are strings (all that JSON input has); other keys that a
+// template builds ({0: 'a'}) are stored under "\0" + a canonical form, the key itself in odd_keys.
 struct Dict {
   std::vector<std::pair<std::string, Value>> entries;
   bool is_namespace = false;  // jinja2's namespace(): attributes assignable with `set ns.x = ...`
+  std::vector<std::pair<std::string, Value>> odd_keys;
 
   const Value* find(std::string_view key) const;
   void set(const std::string& key, Value v);
+  static std::string encode_key(const Value& key);  // 1, 1.0 and True are one key, as in Python
+  void set_key(const Value& key, Value v);
+  Value key_value(const std::string& stored) const;  // the key as the template wrote it
 };
 
 struct CallArgs {
