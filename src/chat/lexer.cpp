@@ -99,11 +99,7 @@ class Lexer {
       if (sign == '-') {
         text = rstrip(text);
       } else if (sign != '+' && kind != '{') {
-        // lstrip_blocks: drop spaces and tabs between the line start and a block or comment tag.
-        const size_t l_pos = text.rfind('\n') + 1;  // npos + 1 == 0
-        if ((l_pos > 0 || line_starting) && l_pos < text.size() &&
-            std::all_of(text.begin() + l_pos, text.end(), is_space))
-          text.resize(l_pos);
+        lstrip(text, line_starting);
       }
       emit_text(text);
       line_ += static_cast<int>(std::count(s_.begin() + pos_, s_.begin() + open, '\n'));
@@ -119,6 +115,14 @@ class Lexer {
   }
 
  private:
+  // lstrip_blocks: drop the whitespace between the line start and a block or comment tag.
+  static void lstrip(std::string& text, bool line_starting) {
+    const size_t l_pos = text.rfind('\n') + 1;  // npos + 1 == 0
+    if ((l_pos > 0 || line_starting) && l_pos < text.size() &&
+        std::all_of(text.begin() + static_cast<std::ptrdiff_t>(l_pos), text.end(), is_space))
+      text.resize(l_pos);
+  }
+
   size_t find_open(size_t from) const {
     for (size_t i = s_.find('{', from); i != std::string::npos; i = s_.find('{', i + 1)) {
       if (i + 1 < s_.size() && (s_[i + 1] == '{' || s_[i + 1] == '%' || s_[i + 1] == '#')) return i;
@@ -170,12 +174,12 @@ class Lexer {
         const char c = s_[pos_];
         const bool signed_end = (c == '-' || (c == '+' && !variable)) && s_.compare(pos_ + 1, 2, close) == 0;
         if (signed_end || s_.compare(pos_, 2, close) == 0) {
+          // {% raw %} keeps the newline after it (jinja2's raw_begin rule has no trim_blocks).
+          const bool is_raw = !variable && tokens_.size() == first + 2 &&
+                              tokens_[first + 1].type == Token::Type::Name && tokens_[first + 1].value == "raw";
           tokens_.push_back({variable ? Token::Type::VarEnd : Token::Type::BlockEnd, "", line_});
-          const bool ls = after_end(signed_end ? c : '\0', pos_ + (signed_end ? 3 : 2), !variable);
-          if (!variable && tokens_.size() == first + 3 && tokens_[first + 1].value == "raw" &&
-              tokens_[first + 1].type == Token::Type::Name)
-            return raw(first);
-          return ls;
+          const bool ls = after_end(signed_end ? c : '\0', pos_ + (signed_end ? 3 : 2), !variable && !is_raw);
+          return is_raw ? raw(first, ls) : ls;
         }
       }
       lex_one(depth);
@@ -183,7 +187,7 @@ class Lexer {
   }
 
   // {% raw %}...{% endraw %}: the body is text.
-  bool raw(size_t first) {
+  bool raw(size_t first, bool line_starting) {
     tokens_.resize(first);
     for (size_t at = s_.find("{%", pos_); at != std::string::npos; at = s_.find("{%", at + 2)) {
       size_t p = at + 2;
@@ -195,7 +199,9 @@ class Lexer {
       const char esign = p < s_.size() && (s_[p] == '-' || s_[p] == '+') ? s_[p++] : '\0';
       if (s_.compare(p, 2, "%}") != 0) continue;
       std::string text = s_.substr(pos_, at - pos_);
-      emit_text(sign == '-' ? rstrip(text) : text);
+      if (sign == '-') text = rstrip(text);
+      else if (sign != '+') lstrip(text, line_starting);
+      emit_text(text);
       line_ += static_cast<int>(std::count(s_.begin() + pos_, s_.begin() + p, '\n'));
       return after_end(esign, p + 2, true);
     }

@@ -313,7 +313,13 @@ Value get_attr(const Value& obj, const std::string& name) {
     throw TemplateError(obj.s.empty() ? "'" + name + "' of an undefined value" : obj.s);
   if (obj.is_string() && among(kStrMethods, name)) {
     const std::string s = obj.s;
-    return Value::function(name, [s, name](const CallArgs& a) { return str_method(s, name, a); });
+    const bool markup = obj.markup;
+    return Value::function(name, [s, name, markup](const CallArgs& a) {
+      Value r = str_method(s, name, a);
+      // Markup's strip/upper/lower/title/capitalize return Markup.
+      if (markup && r.is_string() && name != "format" && name != "join" && name != "replace") r.markup = true;
+      return r;
+    });
   }
   if (obj.is_dict() && !obj.dict->is_namespace) {
     if (name == "items" || name == "keys" || name == "values" || name == "get" || name == "copy") {
@@ -369,6 +375,7 @@ Value get_attr(const Value& obj, const std::string& name) {
 
 Value get_item(const Value& obj, const Value& key) {
   if (obj.is_undefined()) throw TemplateError(obj.s.empty() ? "undefined value has no items" : obj.s);
+  if (obj.is_list() && obj.generator) throw TemplateError("'generator' object is not subscriptable");
   if (obj.is_dict()) {
     if (const Value* v = obj.dict->find(Dict::encode_key(key))) return *v;
   } else if ((obj.is_list() || obj.is_string()) && key.is_int()) {
@@ -387,6 +394,7 @@ Value get_item(const Value& obj, const Value& key) {
 
 Value slice(const Value& obj, const Value* start, const Value* stop, const Value* step) {
   if (obj.is_undefined()) throw TemplateError(obj.s.empty() ? "undefined value has no items" : obj.s);
+  if (obj.is_list() && obj.generator) throw TemplateError("'generator' object is not subscriptable");
   const auto given = [](const Value* v) { return v && !v->is_none(); };
   const int64_t st = given(step) ? step->as_int() : 1;
   if (st == 0) throw TemplateError("slice step cannot be zero");

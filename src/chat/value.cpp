@@ -97,6 +97,16 @@ Value Value::make_tuple(List items) {
   v.tuple = true;
   return v;
 }
+Value Value::make_generator(List items) {
+  Value v = make_list(std::move(items));
+  v.generator = true;
+  return v;
+}
+Value Value::make_markup(std::string s) {
+  Value v = string(std::move(s));
+  v.markup = true;
+  return v;
+}
 Value Value::make_dict() {
   Value v;
   v.kind = Kind::Dict;
@@ -128,7 +138,7 @@ const char* type_name(const Value& v) {
     case Value::Kind::Int: return "int";
     case Value::Kind::Float: return "float";
     case Value::Kind::String: return "str";
-    case Value::Kind::List: return "list";
+    case Value::Kind::List: return v.generator ? "generator" : v.tuple ? "tuple" : "list";
     case Value::Kind::Dict: return v.dict->is_namespace ? "Namespace" : "dict";
     case Value::Kind::Callable: return v.fn->is_macro ? "Macro" : "function";
   }
@@ -143,7 +153,7 @@ bool truthy(const Value& v) {
     case Value::Kind::Int: return v.i != 0;
     case Value::Kind::Float: return v.f != 0;
     case Value::Kind::String: return !v.s.empty();
-    case Value::Kind::List: return !v.list->empty();
+    case Value::Kind::List: return v.generator || !v.list->empty();
     case Value::Kind::Dict: return v.dict->is_namespace || !v.dict->entries.empty();
     case Value::Kind::Callable: return true;
   }
@@ -263,6 +273,7 @@ void dump(const Value& v, const JsonDumpOptions& opt, int level, std::string& ou
       return;
     case Value::Kind::String: json_string(v.s, opt.ensure_ascii, out); return;
     case Value::Kind::List: {
+      if (v.generator) break;
       if (v.list->empty()) {
         out += "[]";
         return;
@@ -315,7 +326,7 @@ void dump(const Value& v, const JsonDumpOptions& opt, int level, std::string& ou
 
 std::string to_repr(const Value& v) {
   switch (v.kind) {
-    case Value::Kind::String: return repr_string(v.s);
+    case Value::Kind::String: return v.markup ? "Markup(" + repr_string(v.s) + ")" : repr_string(v.s);
     case Value::Kind::List: {
       std::string out = v.tuple ? "(" : "[";
       for (size_t k = 0; k < v.list->size(); ++k) {
@@ -364,6 +375,7 @@ bool equal(const Value& a, const Value& b) {
     case Value::Kind::None: return true;
     case Value::Kind::String: return a.s == b.s;
     case Value::Kind::List:
+      if (a.generator || b.generator) return a.list == b.list;
       if (a.tuple != b.tuple || a.list->size() != b.list->size()) return false;
       for (size_t k = 0; k < a.list->size(); ++k)
         if (!equal((*a.list)[k], (*b.list)[k])) return false;
@@ -429,6 +441,21 @@ Value from_json(const ojson& j) {
   }
 }
 
+std::string html_escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&#34;"; break;
+      case '\'': out += "&#39;"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
 std::vector<std::string> utf8_chars(std::string_view s) {
   std::vector<std::string> out;
   size_t i = 0;
@@ -464,7 +491,9 @@ int64_t length(const Value& v) {
   switch (v.kind) {
     case Value::Kind::Undefined: return 0;
     case Value::Kind::String: return static_cast<int64_t>(tok::count_codepoints(v.s));
-    case Value::Kind::List: return static_cast<int64_t>(v.list->size());
+    case Value::Kind::List:
+      if (!v.generator) return static_cast<int64_t>(v.list->size());
+      break;
     case Value::Kind::Dict:
       if (!v.dict->is_namespace) return static_cast<int64_t>(v.dict->entries.size());
       break;

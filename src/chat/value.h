@@ -51,7 +51,9 @@ struct Value {
   enum class Kind { Undefined, None, Bool, Int, Float, String, List, Dict, Callable };
   Kind kind = Kind::Undefined;
   bool b = false;
-  bool tuple = false;  // a List that Python would hold as a tuple: repr "(a, b)"
+  bool tuple = false;      // a List that Python would hold as a tuple: repr "(a, b)"
+  bool generator = false;  // a List jinja2 yields lazily (map, select, ...): always truthy, no len()
+  bool markup = false;     // a String that is markupsafe.Markup (`|safe`, `|e`): `+` escapes the other side
   int64_t i = 0;
   double f = 0;
   std::string s;  // String; for Undefined the name that was looked up (for error messages)
@@ -68,6 +70,8 @@ struct Value {
   static Value string(std::string v);
   static Value make_list(List items = {});
   static Value make_tuple(List items);
+  static Value make_generator(List items);
+  static Value make_markup(std::string s);
   static Value make_dict();
   static Value function(std::string name, std::function<Value(const CallArgs&)> fn);
 
@@ -100,6 +104,7 @@ struct JsonDumpOptions {
   std::string key_sep = ": ";
 };
 std::string json_dumps(const Value& v, const JsonDumpOptions& opt);
+std::string html_escape(const std::string& s);  // markupsafe.escape
 
 Value from_json(const ojson& j);
 
