@@ -157,20 +157,21 @@ std::string ChatTemplate::render(const json& messages, const TemplateOptions& op
   else chosen = find("default");
   check(chosen != nullptr, kWhere, origin_, ": no 'default' template among the named templates");
 
-  Dict vars;
-  vars.set("messages", prepare_messages(messages));
-  vars.set("tools", options.tools ? from_json(*options.tools) : Value::none());
-  vars.set("documents", Value::none());
-  vars.set("add_generation_prompt", Value::boolean(options.add_generation_prompt));
-  for (const auto& [name, text] : special_) vars.set(name, Value::string(text));
-  if (!options.kwargs.is_null()) {
-    check(options.kwargs.is_object(), kWhere, "chat template kwargs must be an object, got ",
-          options.kwargs.type_name());
-    for (const auto& [k, v] : options.kwargs.items()) vars.set(k, from_json(v));
-  }
   try {
+    Dict vars;
+    vars.set("messages", prepare_messages(messages));
+    vars.set("tools", options.tools ? from_json(*options.tools) : Value::none());
+    vars.set("documents", Value::none());
+    vars.set("add_generation_prompt", Value::boolean(options.add_generation_prompt));
+    for (const auto& [name, text] : special_) vars.set(name, Value::string(text));
+    if (!options.kwargs.is_null()) {
+      check(options.kwargs.is_object(), kWhere, "chat template kwargs must be an object, got ",
+            options.kwargs.type_name());
+      for (const auto& [k, v] : options.kwargs.items()) vars.set(k, from_json(v));
+    }
     return chat::render(chosen->body, vars);
   } catch (const TemplateError& e) {
+    if (e.line == 0) fail(kWhere, origin_, ": ", e.what());
     fail(kWhere, origin_, " line ", e.line, ": ", e.what());
   }
 }

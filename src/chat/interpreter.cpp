@@ -68,7 +68,12 @@ Value modulo(const Value& a, const Value& b) {
                       type_name(b) + "'");
 }
 
+constexpr size_t kMaxOutput = size_t{1} << 28;  // 256 MiB: a runaway template errors, never exhausts memory
+
 Value repeat(const Value& seq, int64_t n) {
+  const size_t unit = seq.is_string() ? seq.s.size() : seq.list->size() * 16;
+  if (n > 0 && unit > 0 && static_cast<size_t>(n) > kMaxOutput / unit)
+    throw TemplateError("repetition result too large");
   if (seq.is_string()) {
     std::string out;
     for (int64_t k = 0; k < n; ++k) out += seq.s;
@@ -155,6 +160,7 @@ class Renderer {
 
  private:
   Flow exec_one(const Stmt& s, const ScopePtr& scope, std::string& out) {
+    if (out.size() > kMaxOutput) throw TemplateError("rendered output exceeds 256 MiB");
     switch (s.kind) {
       case Stmt::Kind::Text: out += s.text; break;
       case Stmt::Kind::Output: out += to_str(eval(*s.expr, scope)); break;

@@ -97,6 +97,7 @@ class Parser {
   }
 
   std::unique_ptr<Stmt> parse_statement() {
+    const Nesting guard(*this);
     auto s = std::make_unique<Stmt>();
     s->line = cur().line;
     const std::string kw = expect_name();
@@ -247,6 +248,7 @@ class Parser {
   }
 
   ExprPtr parse_expression() {
+    const Nesting guard(*this);
     ExprPtr e = parse_or();
     while (is_name("if")) {
       const int line = next().line;
@@ -278,6 +280,7 @@ class Parser {
     return e;
   }
   ExprPtr parse_not() {
+    const Nesting guard(*this);
     if (is_name("not")) {
       auto e = node(Expr::Kind::Unary, next().line);
       e->name = "not";
@@ -334,6 +337,7 @@ class Parser {
     return e;
   }
   ExprPtr parse_unary(bool with_filter) {
+    const Nesting guard(*this);
     ExprPtr e;
     if (is_op("-") || is_op("+")) {
       e = node(Expr::Kind::Unary, cur().line);
@@ -514,6 +518,17 @@ class Parser {
 
   std::vector<Token> t_;
   size_t i_ = 0;
+  int depth_ = 0;
+
+  // Bounds the recursion, so that hostile input gets an error instead of a stack overflow.
+  struct Nesting {
+    explicit Nesting(Parser& p) : p(p) {
+      if (++p.depth_ > kMaxNesting) p.error("template nested too deeply");
+    }
+    ~Nesting() { --p.depth_; }
+    Parser& p;
+  };
+  static constexpr int kMaxNesting = 300;
 };
 
 }  // namespace

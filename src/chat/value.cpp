@@ -418,7 +418,10 @@ std::string json_dumps(const Value& v, const JsonDumpOptions& opt) {
   return out;
 }
 
-Value from_json(const ojson& j) {
+Value from_json(const ojson& j) { return from_json(j, 0); }
+
+Value from_json(const ojson& j, int depth) {
+  if (depth > 512) throw TemplateError("JSON input nested deeper than 512 levels");
   switch (j.type()) {
     case ojson::value_t::null: return Value::none();
     case ojson::value_t::boolean: return Value::boolean(j.get<bool>());
@@ -429,12 +432,12 @@ Value from_json(const ojson& j) {
     case ojson::value_t::array: {
       List items;
       items.reserve(j.size());
-      for (const auto& e : j) items.push_back(from_json(e));
+      for (const auto& e : j) items.push_back(from_json(e, depth + 1));
       return Value::make_list(std::move(items));
     }
     case ojson::value_t::object: {
       Value d = Value::make_dict();
-      for (const auto& [k, e] : j.items()) d.dict->entries.emplace_back(k, from_json(e));
+      for (const auto& [k, e] : j.items()) d.dict->entries.emplace_back(k, from_json(e, depth + 1));
       return d;
     }
     default: return Value::none();

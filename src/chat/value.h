@@ -106,7 +106,8 @@ struct JsonDumpOptions {
 std::string json_dumps(const Value& v, const JsonDumpOptions& opt);
 std::string html_escape(const std::string& s);  // markupsafe.escape
 
-Value from_json(const ojson& j);
+Value from_json(const ojson& j);  // throws TemplateError past 512 levels of nesting
+Value from_json(const ojson& j, int depth);
 
 // Items a `for` loop sees: list elements, dict keys, string characters; Undefined gives none.
 List iterate(const Value& v);

@@ -140,4 +140,30 @@ TEST(ChatTemplate, ErrorsNameTheTemplateAndLine) {
   EXPECT_THROW(ChatTemplate::from_source("{{ messages }}").render(ojson::object(), {}), lmx::Error);
 }
 
+// Hostile templates and inputs get lmx::Error, never a crash, a hang or exhausted memory.
+TEST(ChatTemplate, HostileInputGetsErrors) {
+  const ojson msgs = ojson::parse(R"([{"role": "user", "content": "hi"}])");
+  const auto renders = [&](const std::string& src) {
+    return ChatTemplate::from_source(src).render(msgs, {});
+  };
+  EXPECT_THROW(renders("{{ " + std::string(100000, '(') + "1" + std::string(100000, ')') + " }}"),
+               lmx::Error);
+  EXPECT_THROW(renders("{{ " + std::string(100000, '-') + "1 }}"), lmx::Error);
+  std::string nested_ifs;
+  for (int k = 0; k < 5000; ++k) nested_ifs += "{% if true %}";
+  EXPECT_THROW(renders(nested_ifs), lmx::Error);
+  EXPECT_THROW(renders("{{ 'a' * 1000000000000 }}"), lmx::Error);
+  EXPECT_THROW(renders("{% for i in range(1000000) %}{% endfor %}"), lmx::Error);
+  EXPECT_THROW(renders("{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}"), lmx::Error);
+  EXPECT_THROW(renders("{{ 'unterminated }}"), lmx::Error);
+  EXPECT_THROW(renders("{% include 'x.jinja' %}"), lmx::Error);
+  EXPECT_THROW(renders("{{ 1 / 0 }}"), lmx::Error);
+  EXPECT_THROW(renders("{{ '\\u12' }}"), lmx::Error);
+  std::string deep = "[{\"role\": \"user\", \"content\": ";
+  for (int k = 0; k < 2000; ++k) deep += "[";
+  for (int k = 0; k < 2000; ++k) deep += "]";
+  deep += "}]";
+  EXPECT_THROW(ChatTemplate::from_source("{{ messages }}").render(ojson::parse(deep), {}), lmx::Error);
+}
+
 }  // namespace
