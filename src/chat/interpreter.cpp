@@ -68,7 +68,8 @@ Value modulo(const Value& a, const Value& b) {
                       type_name(b) + "'");
 }
 
-constexpr size_t kMaxOutput = size_t{1} << 28;  // 256 MiB: a runaway template errors, never exhausts memory
+constexpr size_t kMaxOutput = size_t{1}
+                              << 28;  // 256 MiB: a runaway template errors, never exhausts memory
 
 Value repeat(const Value& seq, int64_t n) {
   const size_t unit = seq.is_string() ? seq.s.size() : seq.list->size() * 16;
@@ -93,18 +94,25 @@ Value arith(const std::string& op, const Value& a, const Value& b, bool rhs_is_t
   if (op == "+") {
     if (a.is_string() && b.is_string()) {
       if (!a.markup && !b.markup) return Value::string(a.s + b.s);
-      return Value::make_markup((a.markup ? a.s : html_escape(a.s)) + (b.markup ? b.s : html_escape(b.s)));
+      return Value::make_markup((a.markup ? a.s : html_escape(a.s)) +
+                                (b.markup ? b.s : html_escape(b.s)));
     }
     if (a.is_list() && b.is_list()) {
       List out = *a.list;
       out.insert(out.end(), b.list->begin(), b.list->end());
       return Value::make_list(std::move(out));
     }
-    if (nums) return floats ? Value::number(a.as_double() + b.as_double()) : Value::integer(a.as_int() + b.as_int());
+    if (nums)
+      return floats ? Value::number(a.as_double() + b.as_double())
+                    : Value::integer(a.as_int() + b.as_int());
   } else if (op == "-") {
-    if (nums) return floats ? Value::number(a.as_double() - b.as_double()) : Value::integer(a.as_int() - b.as_int());
+    if (nums)
+      return floats ? Value::number(a.as_double() - b.as_double())
+                    : Value::integer(a.as_int() - b.as_int());
   } else if (op == "*") {
-    if (nums) return floats ? Value::number(a.as_double() * b.as_double()) : Value::integer(a.as_int() * b.as_int());
+    if (nums)
+      return floats ? Value::number(a.as_double() * b.as_double())
+                    : Value::integer(a.as_int() * b.as_int());
     if ((a.is_string() || a.is_list()) && b.is_int()) return repeat(a, b.as_int());
     if (a.is_int() && (b.is_string() || b.is_list())) return repeat(b, a.as_int());
   } else if (op == "/") {
@@ -115,7 +123,9 @@ Value arith(const std::string& op, const Value& a, const Value& b, bool rhs_is_t
   } else if (op == "//") {
     if (nums) return floor_div(a, b);
   } else if (op == "%") {
-    if (a.is_string()) return Value::string(percent_format(a.s, rhs_is_tuple || !b.is_list() ? b : Value::make_list({b})));
+    if (a.is_string())
+      return Value::string(
+          percent_format(a.s, rhs_is_tuple || !b.is_list() ? b : Value::make_list({b})));
     if (nums) return modulo(a, b);
   } else if (op == "**") {
     if (nums) {
@@ -162,20 +172,26 @@ class Renderer {
   Flow exec_one(const Stmt& s, const ScopePtr& scope, std::string& out) {
     if (out.size() > kMaxOutput) throw TemplateError("rendered output exceeds 256 MiB");
     switch (s.kind) {
-      case Stmt::Kind::Text: out += s.text; break;
-      case Stmt::Kind::Output: out += to_str(eval(*s.expr, scope)); break;
+      case Stmt::Kind::Text:
+        out += s.text;
+        break;
+      case Stmt::Kind::Output:
+        out += to_str(eval(*s.expr, scope));
+        break;
       case Stmt::Kind::If:
         for (size_t k = 0; k < s.conds.size(); ++k)
           if (truthy(eval(*s.conds[k], scope))) return exec(s.bodies[k], scope, out);
         return exec(s.else_body, scope, out);
-      case Stmt::Kind::For: return exec_for(s, scope, out);
+      case Stmt::Kind::For:
+        return exec_for(s, scope, out);
       case Stmt::Kind::Set:
         if (s.target) {
           const Value ns = eval(*s.target->items[0], scope);
           if (!ns.is_dict() || !ns.dict->is_namespace)
             throw TemplateError("cannot assign attribute on non-namespace object");
           if (!s.target->name.empty() && s.target->name[0] == '_')
-            throw TemplateError("Chat templates cannot store underscore-prefixed attributes on a namespace");
+            throw TemplateError(
+                "Chat templates cannot store underscore-prefixed attributes on a namespace");
           ns.dict->set(s.target->name, eval(*s.expr, scope));
         } else {
           assign(s.targets, eval(*s.expr, scope), *scope, s.expr->kind == Expr::Kind::Tuple);
@@ -189,7 +205,9 @@ class Renderer {
         scope->vars[s.targets[0]] = v;
         break;
       }
-      case Stmt::Kind::Macro: scope->vars[s.text] = make_macro(s, scope, s.text); break;
+      case Stmt::Kind::Macro:
+        scope->vars[s.text] = make_macro(s, scope, s.text);
+        break;
       case Stmt::Kind::CallBlock: {
         const Value caller = make_macro(s, scope, "caller");
         out += to_str(call(*s.expr, scope, &caller));
@@ -202,8 +220,10 @@ class Renderer {
         out += to_str(eval_filter(*s.expr, scope, &v));
         break;
       }
-      case Stmt::Kind::Break: return Flow::Break;
-      case Stmt::Kind::Continue: return Flow::Continue;
+      case Stmt::Kind::Break:
+        return Flow::Break;
+      case Stmt::Kind::Continue:
+        return Flow::Continue;
       case Stmt::Kind::Scope: {
         if (s.text != "with") return exec(s.body, scope, out);
         ScopePtr inner = child(scope);
@@ -256,9 +276,9 @@ class Renderer {
       d.set("previtem", k > 0 ? items[k - 1] : Value::undefined("there is no previous item"));
       d.set("nextitem", k + 1 < n ? items[k + 1] : Value::undefined("there is no next item"));
       d.set("cycle", Value::function("cycle", [k](const CallArgs& a) {
-        if (a.positional.empty()) throw TemplateError("no items for cycling given");
-        return a.positional[static_cast<size_t>(k) % a.positional.size()];
-      }));
+              if (a.positional.empty()) throw TemplateError("no items for cycling given");
+              return a.positional[static_cast<size_t>(k) % a.positional.size()];
+            }));
       iter->vars["loop"] = loop;
       if (exec(s.body, iter, out) == Flow::Break) break;
     }
@@ -273,14 +293,18 @@ class Renderer {
       List varargs;
       Value kwargs = Value::make_dict();
       for (size_t k = 0; k < a.positional.size(); ++k) {
-        if (k < st->params.size()) scope->vars[st->params[k].name] = a.positional[k];
-        else varargs.push_back(a.positional[k]);
+        if (k < st->params.size())
+          scope->vars[st->params[k].name] = a.positional[k];
+        else
+          varargs.push_back(a.positional[k]);
       }
       for (const auto& [key, v] : a.keyword) {
         const bool is_param = std::any_of(st->params.begin(), st->params.end(),
                                           [&](const MacroParam& p) { return p.name == key; });
-        if (is_param || key == "caller") scope->vars[key] = v;
-        else kwargs.dict->set(key, v);
+        if (is_param || key == "caller")
+          scope->vars[key] = v;
+        else
+          kwargs.dict->set(key, v);
       }
       for (const auto& p : st->params)
         if (!scope->vars.count(p.name))
@@ -306,8 +330,10 @@ class Renderer {
         const Value d = eval(*a.value, scope);
         if (!d.is_dict()) throw TemplateError("argument after ** must be a mapping");
         for (const auto& [k, v] : d.dict->entries) out.keyword.emplace_back(k, v);
-      } else if (a.name.empty()) out.positional.push_back(eval(*a.value, scope));
-      else out.keyword.emplace_back(a.name, eval(*a.value, scope));
+      } else if (a.name.empty())
+        out.positional.push_back(eval(*a.value, scope));
+      else
+        out.keyword.emplace_back(a.name, eval(*a.value, scope));
     }
     return out;
   }
@@ -317,21 +343,26 @@ class Renderer {
     CallArgs args = eval_args(e.args, scope);
     if (caller) args.keyword.emplace_back("caller", *caller);
     if (fn.is_undefined()) undefined_error(fn);
-    if (!fn.is_callable()) throw TemplateError(std::string("'") + type_name(fn) + "' object is not callable");
+    if (!fn.is_callable())
+      throw TemplateError(std::string("'") + type_name(fn) + "' object is not callable");
     return fn.fn->fn(args);
   }
 
   Value eval_filter(const Expr& e, const ScopePtr& scope, const Value* input) {
     Value base;
-    if (e.items.empty()) base = *input;
-    else if (e.items[0]->kind == Expr::Kind::Filter && input) base = eval_filter(*e.items[0], scope, input);
-    else base = eval(*e.items[0], scope);
+    if (e.items.empty())
+      base = *input;
+    else if (e.items[0]->kind == Expr::Kind::Filter && input)
+      base = eval_filter(*e.items[0], scope, input);
+    else
+      base = eval(*e.items[0], scope);
     return apply_filter(e.name, base, eval_args(e.args, scope));
   }
 
   Value eval(const Expr& e, const ScopePtr& scope) {
     switch (e.kind) {
-      case Expr::Kind::Literal: return e.value;
+      case Expr::Kind::Literal:
+        return e.value;
       case Expr::Kind::Name: {
         if (const Value* v = scope->find(e.name)) return *v;
         return global(e.name);
@@ -349,8 +380,10 @@ class Renderer {
           d.dict->set_key(eval(*e.items[k], scope), eval(*e.items[k + 1], scope));
         return d;
       }
-      case Expr::Kind::Attr: return get_attr(eval(*e.items[0], scope), e.name);
-      case Expr::Kind::Item: return get_item(eval(*e.items[0], scope), eval(*e.items[1], scope));
+      case Expr::Kind::Attr:
+        return get_attr(eval(*e.items[0], scope), e.name);
+      case Expr::Kind::Item:
+        return get_item(eval(*e.items[0], scope), eval(*e.items[1], scope));
       case Expr::Kind::Slice: {
         const Value base = eval(*e.items[0], scope);
         Value parts[3];
@@ -359,8 +392,10 @@ class Renderer {
           if (e.items[k + 1]) parts[k] = eval(*e.items[k + 1], scope), ptrs[k] = &parts[k];
         return slice(base, ptrs[0], ptrs[1], ptrs[2]);
       }
-      case Expr::Kind::Call: return call(e, scope, nullptr);
-      case Expr::Kind::Filter: return eval_filter(e, scope, nullptr);
+      case Expr::Kind::Call:
+        return call(e, scope, nullptr);
+      case Expr::Kind::Filter:
+        return eval_filter(e, scope, nullptr);
       case Expr::Kind::Test: {
         const bool r = apply_test(e.name, eval(*e.items[0], scope), eval_args(e.args, scope));
         return Value::boolean(r != e.negated);
@@ -369,7 +404,9 @@ class Renderer {
         const Value v = eval(*e.items[0], scope);
         if (e.name == "not") return Value::boolean(!truthy(v));
         if (v.is_undefined()) undefined_error(v);
-        if (!v.is_number()) throw TemplateError(std::string("bad operand type for unary ") + e.name + ": '" + type_name(v) + "'");
+        if (!v.is_number())
+          throw TemplateError(std::string("bad operand type for unary ") + e.name + ": '" +
+                              type_name(v) + "'");
         if (e.name == "+") return v.kind == Value::Kind::Float ? v : Value::integer(v.as_int());
         return v.kind == Value::Kind::Float ? Value::number(-v.f) : Value::integer(-v.as_int());
       }
@@ -390,7 +427,10 @@ class Renderer {
       }
       case Expr::Kind::Cond:
         if (truthy(eval(*e.items[0], scope))) return eval(*e.items[1], scope);
-        return e.items[2] ? eval(*e.items[2], scope) : Value::undefined("the inline if-expression evaluated to false and no else section was defined");
+        return e.items[2] ? eval(*e.items[2], scope)
+                          : Value::undefined(
+                                "the inline if-expression evaluated to false and no else section "
+                                "was defined");
     }
     return Value::undefined();
   }

@@ -51,9 +51,11 @@ struct Value {
   enum class Kind { Undefined, None, Bool, Int, Float, String, List, Dict, Callable };
   Kind kind = Kind::Undefined;
   bool b = false;
-  bool tuple = false;      // a List that Python would hold as a tuple: repr "(a, b)"
-  bool generator = false;  // a List jinja2 yields lazily (map, select, ...): always truthy, no len()
-  bool markup = false;     // a String that is markupsafe.Markup (`|safe`, `|e`): `+` escapes the other side
+  bool tuple = false;  // a List that Python would hold as a tuple: repr "(a, b)"
+  bool generator =
+      false;  // a List jinja2 yields lazily (map, select, ...): always truthy, no len()
+  bool markup =
+      false;  // a String that is markupsafe.Markup (`|safe`, `|e`): `+` escapes the other side
   int64_t i = 0;
   double f = 0;
   std::string s;  // String; for Undefined the name that was looked up (for error messages)

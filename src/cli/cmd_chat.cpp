@@ -43,8 +43,8 @@ int cmd_chat(const Args& args) {
   f.add({"system", "system prompt", false, "TEXT"});
   f.add({"chat-template", "chat template (a file, or the template text) instead of the model's",
          false, "T"});
-  f.add({"chat-template-args", "JSON object of template variables, e.g. '{\"enable_thinking\":false}'",
-         false, "JSON"});
+  f.add({"chat-template-args",
+         "JSON object of template variables, e.g. '{\"enable_thinking\":false}'", false, "JSON"});
   f.add({"verbose", "print prompt reuse and speed after each answer to standard error", true});
   if (!f.parse(args)) {
     std::fputs(f.usage().c_str(), stdout);

@@ -3,10 +3,10 @@
 #include <variant>
 
 #include "core/error.h"
+#include "engine/model_impl.h"
 #include "generate/generate.h"
 #include "lmx/lmx.h"
 #include "models/model.h"
-#include "engine/model_impl.h"
 #include "tokenizer/tokenizer.h"
 
 namespace lmx {
@@ -30,7 +30,6 @@ std::string backend_description() {
   if (!name.empty()) out += " (" + name + ")";
   return out + ", mlx " + mx::version();
 }
-
 
 LanguageModel::LanguageModel(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 LanguageModel::~LanguageModel() = default;
@@ -85,8 +84,8 @@ void validate_request(const LanguageModel& model, const std::vector<int>& prompt
   validate(options.sampler, vocab);
 }
 
-GenerationStats stream_generate(LanguageModel::Impl& impl, Cache& cache, const std::vector<int>& prompt,
-                                const GenerateOptions& options,
+GenerationStats stream_generate(LanguageModel::Impl& impl, Cache& cache,
+                                const std::vector<int>& prompt, const GenerateOptions& options,
                                 const std::function<bool(const TokenOutput&)>& on_token,
                                 std::vector<int>* generated) {
   StreamingDetokenizer detok(impl.tokenizer);

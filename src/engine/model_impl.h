@@ -22,8 +22,8 @@ void validate_request(const LanguageModel& model, const std::vector<int>& prompt
 
 // Generates from `prompt` continuing `cache`, streaming detokenized text; appends every sampled
 // token that reached `on_token` to `generated` when given.
-GenerationStats stream_generate(LanguageModel::Impl& impl, Cache& cache, const std::vector<int>& prompt,
-                                const GenerateOptions& options,
+GenerationStats stream_generate(LanguageModel::Impl& impl, Cache& cache,
+                                const std::vector<int>& prompt, const GenerateOptions& options,
                                 const std::function<bool(const TokenOutput&)>& on_token,
                                 std::vector<int>* generated);
 

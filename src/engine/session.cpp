@@ -44,7 +44,8 @@ GenerationStats Session::generate(const std::vector<int>& prompt, const Generate
   bool trimmed = !s.cache.empty();
   for (auto& c : s.cache) {
     const int extra = c->offset() - static_cast<int>(keep);
-    if (extra < 0 || (extra > 0 && (!c->is_trimmable() || c->trim(extra) != extra))) trimmed = false;
+    if (extra < 0 || (extra > 0 && (!c->is_trimmable() || c->trim(extra) != extra)))
+      trimmed = false;
   }
   if (!trimmed) {
     s.cache = s.impl->loaded.model->make_cache();

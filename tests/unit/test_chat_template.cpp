@@ -32,8 +32,8 @@ std::string first_difference(const std::string& want, const std::string& got) {
   const size_t from = i > 40 ? i - 40 : 0;
   std::ostringstream os;
   os << "first difference at byte " << i << " (want " << want.size() << " bytes, got " << got.size()
-     << ")\n  want: " << ojson(want.substr(from, 100)).dump() << "\n  got:  "
-     << ojson(got.substr(from, 100)).dump();
+     << ")\n  want: " << ojson(want.substr(from, 100)).dump()
+     << "\n  got:  " << ojson(got.substr(from, 100)).dump();
   return os.str();
 }
 
@@ -58,10 +58,12 @@ std::string check_case(const ChatTemplate* tmpl, const std::string& compile_erro
     error = compile_error;
   }
   if (c.contains("error")) {
-    if (error.empty()) return "transformers raised " + c["error_type"].get<std::string>() + " (" +
-                              c["error"].get<std::string>() + ") but lmx rendered " + ojson(got).dump();
+    if (error.empty())
+      return "transformers raised " + c["error_type"].get<std::string>() + " (" +
+             c["error"].get<std::string>() + ") but lmx rendered " + ojson(got).dump();
     // raise_exception's message must reach the user.
-    if (c["error_type"] == "TemplateError" && error.find(c["error"].get<std::string>()) == std::string::npos)
+    if (c["error_type"] == "TemplateError" &&
+        error.find(c["error"].get<std::string>()) == std::string::npos)
       return "error text lost: want '" + c["error"].get<std::string>() + "', got '" + error + "'";
     return "";
   }
@@ -77,7 +79,8 @@ void run_group(const std::string& prefix, bool exclude_prefixes) {
   size_t n = 0, failed = 0;
   for (const auto& c : fx.at("cases")) {
     const std::string tname = c.at("template").get<std::string>();
-    const bool is_feature = tname.rfind("feature/", 0) == 0, is_sweep = tname.rfind("sweep/", 0) == 0;
+    const bool is_feature = tname.rfind("feature/", 0) == 0,
+               is_sweep = tname.rfind("sweep/", 0) == 0;
     const bool in_group = exclude_prefixes ? !is_feature && !is_sweep : tname.rfind(prefix, 0) == 0;
     if (!in_group) continue;
     auto it = compiled.find(tname);
@@ -163,7 +166,8 @@ TEST(ChatTemplate, HostileInputGetsErrors) {
   for (int k = 0; k < 2000; ++k) deep += "[";
   for (int k = 0; k < 2000; ++k) deep += "]";
   deep += "}]";
-  EXPECT_THROW(ChatTemplate::from_source("{{ messages }}").render(ojson::parse(deep), {}), lmx::Error);
+  EXPECT_THROW(ChatTemplate::from_source("{{ messages }}").render(ojson::parse(deep), {}),
+               lmx::Error);
 }
 
 }  // namespace
