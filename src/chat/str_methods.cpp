@@ -169,6 +169,9 @@ std::string str_format(const std::string& fmt, const CallArgs& a) {
       if (close == std::string::npos)
         throw TemplateError("Single '{' encountered in format string");
       const std::string field = fmt.substr(i + 1, close - i - 1);
+      if (field.find_first_of(":!") != std::string::npos)
+        throw TemplateError("str.format: format specs and conversions are not supported: {" +
+                            field + "}");
       const Value* v = nullptr;
       if (field.empty())
         v = a.get(auto_idx++, "\x01");

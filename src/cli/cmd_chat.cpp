@@ -46,6 +46,7 @@ int cmd_chat(const Args& args) {
   f.add({"chat-template-args",
          "JSON object of template variables, e.g. '{\"enable_thinking\":false}'", false, "JSON"});
   f.add({"verbose", "print prompt reuse and speed after each answer to standard error", true});
+  f.add({"no-cache-reuse", "prefill the whole conversation every turn (for comparison)", true});
   if (!f.parse(args)) {
     std::fputs(f.usage().c_str(), stdout);
     return 0;
@@ -114,6 +115,7 @@ int cmd_chat(const Args& args) {
     }
     std::string answer;
     g_interrupted = false;
+    if (f.on("no-cache-reuse")) session.reset();
     const GenerationStats st = session.generate(ids, opt, [&](const TokenOutput& t) {
       answer.append(t.text);
       std::fwrite(t.text.data(), 1, t.text.size(), stdout);
@@ -124,8 +126,11 @@ int cmd_chat(const Args& args) {
     std::fputc('\n', stdout);
     history.push_back({{"role", "assistant"}, {"content", answer}});
     if (f.on("verbose"))
-      std::fprintf(stderr, "[%zu prompt tokens, %d reused from the cache; %d tokens, %.1f tok/s]\n",
-                   ids.size(), session.reused_tokens(), st.generation_tokens, st.generation_tps());
+      std::fprintf(stderr,
+                   "[prompt: %zu tokens, %d reused from the cache, %d prefilled, first token after "
+                   "%.3f s; generation: %d tokens, %.1f tok/s]\n",
+                   ids.size(), session.reused_tokens(), st.prompt_tokens, st.prompt_seconds,
+                   st.generation_tokens, st.generation_tps());
   }
 }
 
