@@ -211,7 +211,7 @@ def main():
         for conv_name, messages in CONVERSATIONS.items():
             tools = [WEATHER_TOOL, TIME_TOOL] if conv_name in TOOL_CONVERSATIONS else None
             kwarg_sets = [{}]
-            if "reasoning" in conv_name or conv_name in ("user", "multi_turn"):
+            if "reasoning" in conv_name or conv_name in ("user", "multi_turn") or tools:
                 kwarg_sets += [{"enable_thinking": True}, {"enable_thinking": False}]
             for kwargs in kwarg_sets:
                 kwargs = {**kwargs, "date_string": "26 Jul 2024"}
