@@ -178,6 +178,57 @@ def render_case(tok, messages, tools, kwargs, agp):
     return case
 
 
+def model_dir_variants(model: Path, out: Path, real: dict):
+    """Copies of MODEL's tokenizer files with the other ways a directory carries its template."""
+    import shutil
+    config = json.loads((model / "tokenizer_config.json").read_text())
+    qwen = real["Qwen-Qwen3-0.6B@a55ee1"]
+    variants = {
+        # a list of named templates: "tool_use" when tools are given, "default" otherwise
+        "named": ({**config, "chat_template": [{"name": "default", "template": config["chat_template"]},
+                                               {"name": "tool_use", "template": qwen}]}, None),
+        # chat_template.jinja next to a tokenizer_config.json that has its own template
+        "jinja-file": (config, qwen + "\n"),
+        # only chat_template.jinja; special tokens as AddedToken objects
+        "jinja-only": ({**{k: v for k, v in config.items() if k != "chat_template"},
+                        "bos_token": {"__type": "AddedToken", "content": config["bos_token"], "lstrip": False,
+                                      "normalized": False, "rstrip": False, "single_word": False, "special": True}},
+                       "{{ bos_token }}{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}"
+                       "{{ eos_token }}{{ unk_token }}"),
+    }
+    for name, (cfg, jinja) in variants.items():
+        d = out / name
+        d.mkdir(parents=True, exist_ok=True)
+        shutil.copy(model / "tokenizer.json", d / "tokenizer.json")
+        (d / "tokenizer_config.json").write_text(json.dumps(cfg, ensure_ascii=False, indent=1))
+        if jinja is not None:
+            (d / "chat_template.jinja").write_text(jinja)
+        elif (d / "chat_template.jinja").exists():
+            (d / "chat_template.jinja").unlink()
+        yield d
+
+
+def model_dir_cases(model: Path, out: Path, real: dict):
+    """ChatTemplate::from_model_dir / load_chat_template against AutoTokenizer.from_pretrained."""
+    from transformers import AutoTokenizer
+    cases = []
+    override = "{{ bos_token }}[{% for m in messages %}{{ m.role }}={{ m.content }};{% endfor %}]"
+    for d in [model, *model_dir_variants(model, out, real)]:
+        tok = AutoTokenizer.from_pretrained(str(d))
+        for conv_name in ("user", "multi_turn", "multi_turn_no_system", "tools_request"):
+            tools = [WEATHER_TOOL, TIME_TOOL] if conv_name in TOOL_CONVERSATIONS else None
+            for agp in (True, False):
+                c = render_case(tok, CONVERSATIONS[conv_name], tools, {}, agp)
+                cases.append({"name": f"{d.name}/{conv_name}/agp{int(agp)}", "dir": str(d.resolve()), **c})
+        # --chat-template: the given text instead of the directory's template, its special tokens kept
+        case = {"messages": CONVERSATIONS["multi_turn"], "kwargs": {}, "add_generation_prompt": True,
+                "override": override,
+                "expected": tok.apply_chat_template(CONVERSATIONS["multi_turn"], chat_template=override,
+                                                    tokenize=False, add_generation_prompt=True)}
+        cases.append({"name": f"{d.name}/override", "dir": str(d.resolve()), **case})
+    return cases
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("out", type=Path)
@@ -244,12 +295,7 @@ def main():
 
     model_cases = []
     for d in args.model_dir:
-        from transformers import AutoTokenizer
-        tok = AutoTokenizer.from_pretrained(str(d))
-        for conv_name in ("user", "multi_turn", "multi_turn_no_system"):
-            for agp in (True, False):
-                c = render_case(tok, CONVERSATIONS[conv_name], None, {}, agp)
-                model_cases.append({"name": f"{d.name}/{conv_name}/agp{int(agp)}", "dir": str(d.resolve()), **c})
+        model_cases += model_dir_cases(d, args.out / "dirs", real)
 
     out = {"templates": templates, "cases": cases, "model_dir": model_cases}
     (args.out / "cases.json").write_text(json.dumps(out, ensure_ascii=False, indent=1))
