@@ -4,6 +4,7 @@
 #include <atomic>
 #include <csignal>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 
 #include "chat/chat_template.h"
@@ -53,6 +54,7 @@ int cmd_chat(const Args& args) {
   }
   const GenerateOptions opt = generate_options(f);
   const std::string dir = f.required("model");
+  check(std::filesystem::is_directory(dir), "chat", "model directory '", dir, "' does not exist");
   const chat::ChatTemplate tmpl = chat::load_chat_template(dir, f.str("chat-template"));
   chat::TemplateOptions topt;
   if (f.has("chat-template-args")) {

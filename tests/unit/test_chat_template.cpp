@@ -8,6 +8,7 @@
 
 #include "chat/chat_template.h"
 #include "core/error.h"
+#include "core/json.h"
 #include "test_util.h"
 
 namespace {
@@ -171,6 +172,25 @@ TEST(ChatTemplate, HostileInputGetsErrors) {
   deep += "}]";
   EXPECT_THROW(ChatTemplate::from_source("{{ messages }}").render(ojson::parse(deep), {}),
                lmx::Error);
+}
+
+}  // namespace
+
+namespace {
+
+// lmx::json (keys sorted) converts to the ordered JSON render() takes: same prompt as the
+// ordered input with its keys in sorted order.
+TEST(ChatTemplate, AcceptsLmxJson) {
+  const ChatTemplate t = ChatTemplate::from_source("{{ messages }}|{{ tools | tojson }}");
+  const std::string msgs = R"([{"role": "user", "content": "hi", "extra": {"z": 1, "a": 2}}])";
+  const std::string tools = R"([{"type": "function", "function": {"name": "f"}}])";
+  TemplateOptions a, b;
+  a.tools = lmx::json::parse(tools);
+  b.tools = ojson::parse(tools);
+  const std::string from_lmx = t.render(lmx::json::parse(msgs), a);
+  const std::string sorted = t.render(ojson::parse(lmx::json::parse(msgs).dump()), b);
+  EXPECT_EQ(from_lmx.substr(0, from_lmx.find('|')), sorted.substr(0, sorted.find('|')));
+  EXPECT_NE(from_lmx, t.render(ojson::parse(msgs), b));  // the ordered input keeps its order
 }
 
 }  // namespace
