@@ -204,7 +204,11 @@ const std::map<std::string, Filter>& filters() {
          for (const auto& x : with_attribute(iterate(v), arg(a, 0, "attribute"))) {
            if (!x.is_number() || !total.is_number())
              throw TemplateError("unsupported operand type(s) for +");
-           total = total.is_int() && x.is_int() ? Value::integer(total.as_int() + x.as_int())
+           int64_t r = 0;
+           if (total.is_int() && x.is_int() &&
+               __builtin_add_overflow(total.as_int(), x.as_int(), &r))
+             throw TemplateError("integer overflow in sum");
+           total = total.is_int() && x.is_int() ? Value::integer(r)
                                                 : Value::number(total.as_double() + x.as_double());
          }
          return total;

@@ -47,6 +47,7 @@ const std::map<std::string, Filter>& text_filters() {
          if (v.kind == Value::Kind::Float) return Value::number(std::fabs(v.f));
          if (!v.is_int())
            throw TemplateError(std::string("bad operand type for abs(): '") + type_name(v) + "'");
+         if (v.as_int() == INT64_MIN) throw TemplateError("integer overflow in abs");
          return Value::integer(std::llabs(v.as_int()));
        }},
       {"capitalize",
@@ -88,7 +89,7 @@ const std::map<std::string, Filter>& text_filters() {
       {"int",
        [](const Value& v, const CallArgs& a) {
          if (v.is_int()) return Value::integer(v.as_int());
-         if (v.kind == Value::Kind::Float) return Value::integer(static_cast<int64_t>(v.f));
+         if (v.kind == Value::Kind::Float) return Value::integer(v.as_int());
          if (v.is_string()) {
            const std::string t = py_strip(v.s, nullptr, true, true);
            const int base = arg(a, 1, "base") ? static_cast<int>(arg(a, 1, "base")->as_int()) : 10;
@@ -97,7 +98,7 @@ const std::map<std::string, Filter>& text_filters() {
              const long long n = std::stoll(t, &used, base);
              if (used == t.size()) return Value::integer(n);
              const double d = std::stod(t, &used);
-             if (used == t.size()) return Value::integer(static_cast<int64_t>(d));
+             if (used == t.size()) return Value::integer(Value::number(d).as_int());
            } catch (const std::exception&) {
            }
          }
@@ -268,8 +269,10 @@ std::string percent_format(const std::string& fmt, const Value& args) {
         if (!v.is_number())
           throw TemplateError(std::string("%") + conv + " format: a real number is required, not " +
                               type_name(v));
-        std::snprintf(buf, sizeof(buf), ("%" + spec + "ll" + (conv == 'i' ? 'd' : conv)).c_str(),
-                      static_cast<long long>(v.as_double()));
+        std::snprintf(
+            buf, sizeof(buf), ("%" + spec + "ll" + (conv == 'i' ? 'd' : conv)).c_str(),
+            static_cast<long long>(v.is_int() ? v.as_int()
+                                              : Value::number(std::trunc(v.as_double())).as_int()));
         out += buf;
         break;
       case 'f':

@@ -85,6 +85,16 @@ Value repeat(const Value& seq, int64_t n) {
   return Value::make_list(std::move(out));
 }
 
+// Python ints are unbounded; lmx's are int64 and say so instead of wrapping.
+Value int_op(char op, int64_t x, int64_t y) {
+  int64_t r = 0;
+  const bool overflow = op == '+'   ? __builtin_add_overflow(x, y, &r)
+                        : op == '-' ? __builtin_sub_overflow(x, y, &r)
+                                    : __builtin_mul_overflow(x, y, &r);
+  if (overflow) throw TemplateError("integer overflow (lmx's template integers are 64-bit)");
+  return Value::integer(r);
+}
+
 Value arith(const std::string& op, const Value& a, const Value& b, bool rhs_is_tuple) {
   if (op == "~") return Value::string(to_str(a) + to_str(b));
   if (a.is_undefined()) undefined_error(a);
@@ -104,15 +114,15 @@ Value arith(const std::string& op, const Value& a, const Value& b, bool rhs_is_t
     }
     if (nums)
       return floats ? Value::number(a.as_double() + b.as_double())
-                    : Value::integer(a.as_int() + b.as_int());
+                    : int_op('+', a.as_int(), b.as_int());
   } else if (op == "-") {
     if (nums)
       return floats ? Value::number(a.as_double() - b.as_double())
-                    : Value::integer(a.as_int() - b.as_int());
+                    : int_op('-', a.as_int(), b.as_int());
   } else if (op == "*") {
     if (nums)
       return floats ? Value::number(a.as_double() * b.as_double())
-                    : Value::integer(a.as_int() * b.as_int());
+                    : int_op('*', a.as_int(), b.as_int());
     if ((a.is_string() || a.is_list()) && b.is_int()) return repeat(a, b.as_int());
     if (a.is_int() && (b.is_string() || b.is_list())) return repeat(b, a.as_int());
   } else if (op == "/") {
@@ -130,9 +140,9 @@ Value arith(const std::string& op, const Value& a, const Value& b, bool rhs_is_t
   } else if (op == "**") {
     if (nums) {
       if (!floats && b.as_int() >= 0) {
-        int64_t r = 1;
-        for (int64_t k = 0; k < b.as_int(); ++k) r *= a.as_int();
-        return Value::integer(r);
+        Value p = Value::integer(1);
+        for (int64_t k = 0; k < b.as_int(); ++k) p = int_op('*', p.i, a.as_int());
+        return p;
       }
       return Value::number(std::pow(a.as_double(), b.as_double()));
     }
@@ -408,7 +418,7 @@ class Renderer {
           throw TemplateError(std::string("bad operand type for unary ") + e.name + ": '" +
                               type_name(v) + "'");
         if (e.name == "+") return v.kind == Value::Kind::Float ? v : Value::integer(v.as_int());
-        return v.kind == Value::Kind::Float ? Value::number(-v.f) : Value::integer(-v.as_int());
+        return v.kind == Value::Kind::Float ? Value::number(-v.f) : int_op('-', 0, v.as_int());
       }
       case Expr::Kind::Binary: {
         const Value a = eval(*e.items[0], scope);

@@ -126,7 +126,12 @@ double Value::as_double() const {
 }
 int64_t Value::as_int() const {
   if (kind == Kind::Bool) return b ? 1 : 0;
-  if (kind == Kind::Float) return static_cast<int64_t>(f);
+  if (kind == Kind::Float) {
+    // 2^63 as a double; beyond it (and for nan) the cast is undefined.
+    if (!(std::fabs(f) < 9223372036854775808.0))
+      throw TemplateError("cannot convert " + py_float_repr(f) + " to a 64-bit integer");
+    return static_cast<int64_t>(f);
+  }
   return i;
 }
 

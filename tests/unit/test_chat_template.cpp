@@ -165,6 +165,9 @@ TEST(ChatTemplate, HostileInputGetsErrors) {
   EXPECT_THROW(renders("{{ 'unterminated }}"), lmx::Error);
   EXPECT_THROW(renders("{% include 'x.jinja' %}"), lmx::Error);
   EXPECT_THROW(renders("{{ 1 / 0 }}"), lmx::Error);
+  EXPECT_THROW(renders("{{ 9223372036854775807 + 1 }}"), lmx::Error);  // no silent wrap
+  EXPECT_THROW(renders("{{ 3 ** 64 }}"), lmx::Error);
+  EXPECT_THROW(renders("{{ range(1e300) }}"), lmx::Error);
   EXPECT_THROW(renders("{{ '\\u12' }}"), lmx::Error);
   std::string deep = "[{\"role\": \"user\", \"content\": ";
   for (int k = 0; k < 2000; ++k) deep += "[";
