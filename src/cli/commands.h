@@ -19,6 +19,8 @@ GenerateOptions generate_options(const Flags& flags);
 // mlx-lm's --kv-bits, --kv-group-size, --quantized-kv-start (generate and bench).
 std::vector<FlagSpec> kv_cache_flags();
 void set_kv_cache_options(const Flags& flags, GenerateOptions& options);
+// --tp N and --tp-timeout S (generate; serve when it lands).
+std::vector<FlagSpec> tensor_parallel_flags();
 int cmd_convert(const Args& args);
 int cmd_bench(const Args& args);
 

@@ -3,6 +3,7 @@
 #include <variant>
 
 #include "core/error.h"
+#include "engine/tensor_parallel.h"
 #include "generate/generate.h"
 #include "lmx/lmx.h"
 #include "models/model.h"
@@ -41,8 +42,12 @@ LanguageModel::~LanguageModel() = default;
 LanguageModel::LanguageModel(LanguageModel&&) noexcept = default;
 LanguageModel& LanguageModel::operator=(LanguageModel&&) noexcept = default;
 
-LanguageModel LanguageModel::load(const std::filesystem::path& dir) {
-  LoadedWeights loaded = load_model(dir);
+LanguageModel LanguageModel::load(const std::filesystem::path& dir, const LoadOptions& options) {
+  check(options.tensor_parallel >= 1, "load", "tensor_parallel must be >= 1, got ",
+        options.tensor_parallel);
+  std::optional<ShardSpec> shard;
+  if (options.tensor_parallel > 1) shard = join_tensor_parallel_group(options.tensor_parallel);
+  LoadedWeights loaded = load_model(dir, shard);
   Tokenizer tok = Tokenizer::from_dir(dir);
   std::vector<int> eos = loaded.info.eos_token_ids;
   // mlx-lm's TokenizerWrapper adds the tokenizer's own eos token to the config's ids.

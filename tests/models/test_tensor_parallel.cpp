@@ -1,0 +1,155 @@
+// Tensor parallelism on CPU: 2 ranks on MLX's ring backend (launch_ranks), against the references
+// of scripts/gen_tp_fixtures.py (mlx-lm's own Model.shard under 2 ring processes). lmx's sharded
+// logits must be bit-identical to mlx-lm's sharded run, within tolerance of the single-process
+// run, and bad configurations or failing ranks must end the launch with an error naming them.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "core/json.h"
+#include "io/safetensors.h"
+#include "lmx/lmx.h"
+#include "test_util.h"
+
+namespace lmx {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Relative to the largest single-process logit: a 2-way split changes the order of the sums in
+// o_proj / down_proj (bf16 partial products added by the all-sum), nothing else.
+constexpr float kTolerance = 0.1f;
+
+struct Row {
+  std::string name;
+  std::string error;  // non-empty: lmx must refuse the split with a message containing it
+};
+
+std::vector<Row> rows() {
+  json index = read_json_file(test::data_path("tp/index.json"));
+  std::vector<Row> out;
+  for (const auto& r : index.at("rows"))
+    out.push_back({r.at("name").get<std::string>(),
+                   r.at("error").is_null() ? "" : r.at("error").get<std::string>()});
+  return out;
+}
+
+fs::path scratch(const std::string& name) {
+  fs::path d = fs::temp_directory_path() / ("lmx_tp_test_" + std::to_string(::getpid()));
+  fs::create_directories(d);
+  return d / name;
+}
+
+// lmx's 2-rank replay of a row (launched once per row and kept), as call key -> logits.
+const Weights& lmx_logits(const std::string& row) {
+  static std::map<std::string, Weights> runs;
+  if (auto it = runs.find(row); it != runs.end()) return it->second;
+  const fs::path out = scratch(row + ".safetensors");
+  launch_ranks({LMX_TP_REPLAY, test::data_path("tp/" + row).string(), out.string()}, {2, 120});
+  return runs[row] = load_safetensors(out);
+}
+
+float max_abs_diff(const mx::array& a, const mx::array& b) {
+  return mx::max(mx::abs(mx::subtract(mx::astype(a, mx::float32), mx::astype(b, mx::float32))))
+      .item<float>();
+}
+
+TEST(TensorParallel, LogitsBitIdenticalToMlxLmSharded) {
+  int compared = 0;
+  for (const Row& r : rows()) {
+    if (!r.error.empty()) continue;
+    const fs::path dir = test::data_path("tp/" + r.name);
+    const Weights ref = load_safetensors(dir / "reference.safetensors");
+    const json calls = read_json_file(dir / "reference.json").at("tp2").at("calls");
+    const Weights& got = lmx_logits(r.name);
+    ASSERT_EQ(got.size(), calls.size()) << r.name;
+    for (const auto& c : calls) {
+      const std::string key = c.at("key").get<std::string>();
+      const mx::array& want = ref.at("tp2." + key + ".logits");
+      const mx::array& have = got.at(key + ".logits");
+      ASSERT_EQ(have.shape(), want.shape()) << r.name << " " << key;
+      ASSERT_EQ(have.dtype(), want.dtype()) << r.name << " " << key;
+      EXPECT_EQ(max_abs_diff(have, want), 0.0f)
+          << r.name << " " << key << " (" << c.at("kind").get<std::string>() << ", offset "
+          << c.at("offset").get<int>() << ") differs from mlx-lm's sharded run";
+      ++compared;
+    }
+  }
+  EXPECT_GT(compared, 0) << "no tensor-parallel rows to compare";
+}
+
+TEST(TensorParallel, WithinToleranceOfSingleProcess) {
+  for (const Row& r : rows()) {
+    if (!r.error.empty()) continue;
+    const fs::path dir = test::data_path("tp/" + r.name);
+    const Weights ref = load_safetensors(dir / "reference.safetensors");
+    const json calls = read_json_file(dir / "reference.json").at("single").at("calls");
+    const Weights& got = lmx_logits(r.name);
+    int same_input = 0;
+    for (const auto& c : calls) {
+      const std::string key = c.at("key").get<std::string>();
+      // Decode steps after the two runs' greedy tokens diverge see different inputs.
+      const bool same =
+          mx::array_equal(ref.at("single." + key + ".tokens"), ref.at("tp2." + key + ".tokens"))
+              .item<bool>();
+      if (!same) continue;
+      const mx::array& single = ref.at("single." + key + ".logits");
+      const float scale = mx::max(mx::abs(mx::astype(single, mx::float32))).item<float>();
+      EXPECT_LE(max_abs_diff(got.at(key + ".logits"), single), kTolerance * scale)
+          << r.name << " " << key;
+      ++same_input;
+    }
+    EXPECT_GT(same_input, 0) << r.name;
+  }
+}
+
+TEST(TensorParallel, BadConfigurationsNameTheProblem) {
+  int checked = 0;
+  for (const Row& r : rows()) {
+    if (r.error.empty()) continue;
+    const fs::path dir = test::data_path("tp/" + r.name);
+    test::RunResult res =
+        test::run_lmx("generate --tp 2 --tp-timeout 60 --max-tokens 1 --prompt hi --model " +
+                      dir.string());
+    EXPECT_EQ(res.exit_code, 1) << r.name;
+    EXPECT_NE(res.err.find(r.error), std::string::npos) << r.name << ": " << res.err;
+    EXPECT_NE(res.err.find("during start-up"), std::string::npos) << r.name << ": " << res.err;
+    ++checked;
+  }
+  EXPECT_GT(checked, 0);
+  test::RunResult zero = test::run_lmx("generate --tp 0 --prompt hi --model .");
+  EXPECT_EQ(zero.exit_code, 1);
+  EXPECT_NE(zero.err.find("--tp must be >= 1, got 0"), std::string::npos) << zero.err;
+}
+
+std::string launch_error(const std::vector<std::string>& extra, double timeout_s) {
+  std::vector<std::string> argv{LMX_TP_REPLAY, test::data_path("tp/llama_q4_g32").string(),
+                                scratch("failing.safetensors").string()};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  try {
+    launch_ranks(argv, {2, timeout_s});
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// Rank 1 exits before joining the ring: rank 0, blocked waiting for its peer, is stopped.
+TEST(TensorParallel, RankFailingAtStartupFailsTheLaunch) {
+  const std::string err = launch_error({"--fail-rank", "1"}, 120);
+  EXPECT_NE(err.find("rank 1 of 2 exited with status 3 during start-up"), std::string::npos)
+      << err;
+}
+
+TEST(TensorParallel, RankStallingAtStartupHitsTheTimeout) {
+  const std::string err = launch_error({"--stall-rank", "1"}, 5);
+  EXPECT_NE(err.find("rank(s) 1 not ready after 5"), std::string::npos) << err;
+}
+
+}  // namespace
+}  // namespace lmx
