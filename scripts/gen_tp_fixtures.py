@@ -7,13 +7,18 @@ For every row of ROWS this writes a tiny random model exactly as gen_tiny_models
 configs, weight draws, casts and mlx-lm quantization), replays generate_step's calls (prefill
 chunks with the cache evaluated after each, the last prompt token, greedy decode steps) once in
 this process on the whole model ("single") and once under MLX's ring backend with 2 processes on
-127.0.0.1, each holding its shard after mlx-lm's `model.shard(group)` ("tp2", recorded by rank 0;
+127.0.0.1, each holding its shard after mlx-lm's `model.shard(group)` ("tp", recorded by rank 0;
 every rank ends with the same logits after the all-sums). Rows marked `error` are models lmx must
 refuse to shard (no reference run).
 
 Output, per row, OUT_DIR/tp/<row>/: config.json, model.safetensors, reference.json (prompt,
-calls, both runs' greedy tokens) and reference.safetensors ({single,tp2}.call_NNN.tokens (1, L)
+calls, both runs' greedy tokens) and reference.safetensors ({single,tp}.call_NNN.tokens (1, L)
 int32 / .logits (1, L, V)); OUT_DIR/tp/index.json lists the rows.
+
+    gen_tp_fixtures.py OUT_DIR --model MODEL_DIR --ranks N [--prompt-len 40]
+
+does the same for an existing model directory (linked, not copied) into OUT_DIR/tp-model/<name>/
+(a manual check on real models; docs/distributed.md).
 
     gen_tp_fixtures.py --worker ROW_DIR...   (internal: one rank of the sharded replay)
 """
@@ -35,7 +40,8 @@ from mlx_lm.models.cache import make_prompt_cache
 from mlx_lm.utils import load_model
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gen_tiny_models import LLAMA, QWEN2, QWEN3, STARCODER2, greedy, q, row, seed_of, write_model  # noqa: E402
+from gen_tiny_models import (  # noqa: E402
+    LLAMA, QWEN2, QWEN3, STARCODER2, drive, greedy, q, row, seed_of, write_model)
 
 RANKS = 2
 DECODE_STEPS = 8
@@ -61,7 +67,7 @@ ROWS = [
 ]
 
 
-def replay(model, r, prefix, arrays, tokens_in=None):
+def replay(model, r, prefix, arrays):
     """generate_step's calls on `model`; returns the call list and the greedy tokens."""
     key = mx.random.key(seed_of(r["name"]) + 1)
     prompt = mx.random.randint(0, r["config"]["vocab_size"], (r["prompt_len"],), key=key).tolist()
@@ -86,17 +92,7 @@ def replay(model, r, prefix, arrays, tokens_in=None):
         calls.append(entry)
         return entry.get("next_token")
 
-    rest = prompt
-    while len(rest) > 1:
-        n = min(r["prefill_step"], len(rest) - 1)
-        call(rest[:n], "prefill")
-        rest = rest[n:]
-    token = call(rest, "last_prompt")
-    generated = [token]
-    for _ in range(DECODE_STEPS):
-        token = call([token], "decode")
-        generated.append(token)
-    return prompt, calls, generated
+    return prompt, calls, drive(prompt, r["prefill_step"], DECODE_STEPS, call)
 
 
 def worker(dirs):
@@ -106,10 +102,10 @@ def worker(dirs):
         model, _ = load_model(d)
         model.shard(group)
         arrays = {}
-        _, calls, generated = replay(model, r, "tp2", arrays)
+        _, calls, generated = replay(model, r, "tp", arrays)
         if group.rank() == 0:
-            mx.save_safetensors(str(d / "tp2.safetensors"), arrays)
-            (d / "tp2.json").write_text(json.dumps(dict(calls=calls, generated=generated)))
+            mx.save_safetensors(str(d / "tp.safetensors"), arrays)
+            (d / "tp.json").write_text(json.dumps(dict(calls=calls, generated=generated)))
 
 
 def free_ports(n):
@@ -122,14 +118,14 @@ def free_ports(n):
     return ports
 
 
-def launch_workers(dirs):
-    """RANKS copies of this script in --worker mode with the ring backend's environment."""
+def launch_workers(dirs, ranks):
+    """`ranks` copies of this script in --worker mode with the ring backend's environment."""
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
-        json.dump([[f"127.0.0.1:{p}"] for p in free_ports(RANKS)], f)
+        json.dump([[f"127.0.0.1:{p}"] for p in free_ports(ranks)], f)
         hostfile = f.name
     procs = []
     try:
-        for rank in range(RANKS):
+        for rank in range(ranks):
             env = dict(os.environ, MLX_RANK=str(rank), MLX_HOSTFILE=hostfile, NCCL_NVLS_ENABLE="0")
             cmd = [sys.executable, __file__, "--worker", *map(str, dirs)]
             procs.append(subprocess.Popen(cmd, env=env))
@@ -148,14 +144,53 @@ def launch_workers(dirs):
         os.unlink(hostfile)
 
 
+def record(rows_and_dirs, ranks):
+    """The single-process run here, the sharded one in `ranks` workers; writes the references."""
+    runs = []
+    for r, out in rows_and_dirs:
+        (out / "row.json").write_text(json.dumps(r))
+        model, _ = load_model(out)
+        arrays = {}
+        prompt, calls, generated = replay(model, r, "single", arrays)
+        runs.append((out, prompt, calls, generated, arrays))
+    launch_workers([out for out, *_ in runs], ranks)
+    for out, prompt, calls, generated, arrays in runs:
+        tp = json.loads((out / "tp.json").read_text())
+        arrays.update(mx.load(str(out / "tp.safetensors")))
+        mx.save_safetensors(str(out / "reference.safetensors"), arrays, metadata={"format": "mlx"})
+        ref = dict(prompt=prompt, ranks=ranks, single=dict(calls=calls, generated=generated), tp=tp)
+        (out / "reference.json").write_text(json.dumps(ref, indent=1) + "\n")
+        for f in ("tp.json", "tp.safetensors", "row.json"):
+            (out / f).unlink()
+
+
+def existing_model(model_dir, out_root, ranks, prompt_len):
+    out = out_root / "tp-model" / model_dir.resolve().name
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    for f in model_dir.iterdir():
+        if f.suffix in (".json", ".safetensors") and f.name != "reference.json":
+            (out / f.name).symlink_to(f.resolve())
+    config = json.loads((model_dir / "config.json").read_text())
+    r = dict(name=out.name, config=config, prompt_len=prompt_len, prefill_step=16)
+    record([(r, out)], ranks)
+    print(f"gen_tp_fixtures: {out} ({ranks} ranks)")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("out_dir", type=Path, nargs="?")
     ap.add_argument("--worker", nargs="+", metavar="ROW_DIR")
+    ap.add_argument("--model", type=Path, help="an existing model directory instead of ROWS")
+    ap.add_argument("--ranks", type=int, default=RANKS)
+    ap.add_argument("--prompt-len", type=int, default=40)
     args = ap.parse_args()
     mx.set_default_device(mx.cpu)
     if args.worker:
         return worker(args.worker)
+    if args.model:
+        return existing_model(args.model, args.out_dir, args.ranks, args.prompt_len)
 
     start = time.time()
     root = args.out_dir / "tp"
@@ -170,23 +205,9 @@ def main():
         write_model(r, out)
         index.append(dict(name=r["name"], model_type=r["config"]["model_type"], dtype=r["dtype"],
                           quantization=r["quant"], ranks=RANKS, error=r.get("error")))
-        if r.get("error"):
-            continue
-        (out / "row.json").write_text(json.dumps(r))
-        model, _ = load_model(out)
-        arrays = {}
-        prompt, calls, generated = replay(model, r, "single", arrays)
-        runs.append((out, prompt, calls, generated, arrays))
-    launch_workers([out for out, *_ in runs])
-    for out, prompt, calls, generated, arrays in runs:
-        tp2 = json.loads((out / "tp2.json").read_text())
-        arrays.update(mx.load(str(out / "tp2.safetensors")))
-        mx.save_safetensors(str(out / "reference.safetensors"), arrays, metadata={"format": "mlx"})
-        ref = dict(prompt=prompt, ranks=RANKS, single=dict(calls=calls, generated=generated),
-                   tp2=tp2)
-        (out / "reference.json").write_text(json.dumps(ref, indent=1) + "\n")
-        for f in ("tp2.json", "tp2.safetensors", "row.json"):
-            (out / f).unlink()
+        if not r.get("error"):
+            runs.append((r, out))
+    record(runs, RANKS)
     meta = dict(mlx_version=mx.__version__, mlx_lm_version=mlx_lm.__version__, rows=index)
     (root / "index.json").write_text(json.dumps(meta, indent=1) + "\n")
     print(f"gen_tp_fixtures: {len(index)} rows in {root} ({time.time() - start:.1f}s)")

@@ -200,7 +200,8 @@ void launch_ranks(const std::vector<std::string>& argv, const LaunchOptions& opt
     if (ready < opt.ranks && std::chrono::steady_clock::now() > deadline) {
       std::string late;
       for (int i = 0; i < opt.ranks; ++i)
-        if (!ranks[i].ready && !ranks[i].exited) late += (late.empty() ? "" : ", ") + std::to_string(i);
+        if (!ranks[i].ready && !ranks[i].exited)
+          late += (late.empty() ? "" : ", ") + std::to_string(i);
       std::ostringstream os;
       os << "rank(s) " << late << " not ready after " << opt.startup_timeout_s
          << " s (the start-up timeout)";
@@ -243,8 +244,8 @@ ShardSpec join_tensor_parallel_group(int size) {
   try {
     group = mx::distributed::init(/*strict=*/true, cuda ? "nccl" : "ring");
   } catch (const std::exception& e) {
-    fail(kWhere, "rank ", *rank, " could not join the ", cuda ? "NCCL" : "ring", " group: ",
-         e.what());
+    fail(kWhere, "rank ", *rank, " could not join the ", cuda ? "NCCL" : "ring",
+         " group: ", e.what());
   }
   check(group->size() == size && group->rank() == *rank, kWhere, "MLX distributed gave rank ",
         group->rank(), " of ", group->size(), ", expected rank ", *rank, " of ", size);

@@ -59,23 +59,39 @@ float max_abs_diff(const mx::array& a, const mx::array& b) {
       .item<float>();
 }
 
-TEST(TensorParallel, LogitsBitIdenticalToMlxLmSharded) {
-  int compared = 0;
+// A row with a reference run: its recorded arrays, the calls of run `run`, lmx's 2-rank logits.
+struct RunRow {
+  std::string name;
+  Weights ref;
+  json calls;
+  const Weights* got;
+};
+
+std::vector<RunRow> run_rows(const std::string& run) {
+  std::vector<RunRow> out;
   for (const Row& r : rows()) {
     if (!r.error.empty()) continue;
     const fs::path dir = test::data_path("tp/" + r.name);
-    const Weights ref = load_safetensors(dir / "reference.safetensors");
-    const json calls = read_json_file(dir / "reference.json").at("tp2").at("calls");
-    const Weights& got = lmx_logits(r.name);
-    ASSERT_EQ(got.size(), calls.size()) << r.name;
+    out.push_back({r.name, load_safetensors(dir / "reference.safetensors"),
+                   read_json_file(dir / "reference.json").at(run).at("calls"),
+                   &lmx_logits(r.name)});
+  }
+  return out;
+}
+
+TEST(TensorParallel, LogitsBitIdenticalToMlxLmSharded) {
+  int compared = 0;
+  for (const auto& [name, ref, calls, got_ptr] : run_rows("tp")) {
+    const Weights& got = *got_ptr;
+    ASSERT_EQ(got.size(), calls.size()) << name;
     for (const auto& c : calls) {
       const std::string key = c.at("key").get<std::string>();
-      const mx::array& want = ref.at("tp2." + key + ".logits");
+      const mx::array& want = ref.at("tp." + key + ".logits");
       const mx::array& have = got.at(key + ".logits");
-      ASSERT_EQ(have.shape(), want.shape()) << r.name << " " << key;
-      ASSERT_EQ(have.dtype(), want.dtype()) << r.name << " " << key;
+      ASSERT_EQ(have.shape(), want.shape()) << name << " " << key;
+      ASSERT_EQ(have.dtype(), want.dtype()) << name << " " << key;
       EXPECT_EQ(max_abs_diff(have, want), 0.0f)
-          << r.name << " " << key << " (" << c.at("kind").get<std::string>() << ", offset "
+          << name << " " << key << " (" << c.at("kind").get<std::string>() << ", offset "
           << c.at("offset").get<int>() << ") differs from mlx-lm's sharded run";
       ++compared;
     }
@@ -84,27 +100,23 @@ TEST(TensorParallel, LogitsBitIdenticalToMlxLmSharded) {
 }
 
 TEST(TensorParallel, WithinToleranceOfSingleProcess) {
-  for (const Row& r : rows()) {
-    if (!r.error.empty()) continue;
-    const fs::path dir = test::data_path("tp/" + r.name);
-    const Weights ref = load_safetensors(dir / "reference.safetensors");
-    const json calls = read_json_file(dir / "reference.json").at("single").at("calls");
-    const Weights& got = lmx_logits(r.name);
+  for (const auto& [name, ref, calls, got_ptr] : run_rows("single")) {
+    const Weights& got = *got_ptr;
     int same_input = 0;
     for (const auto& c : calls) {
       const std::string key = c.at("key").get<std::string>();
       // Decode steps after the two runs' greedy tokens diverge see different inputs.
       const bool same =
-          mx::array_equal(ref.at("single." + key + ".tokens"), ref.at("tp2." + key + ".tokens"))
+          mx::array_equal(ref.at("single." + key + ".tokens"), ref.at("tp." + key + ".tokens"))
               .item<bool>();
       if (!same) continue;
       const mx::array& single = ref.at("single." + key + ".logits");
       const float scale = mx::max(mx::abs(mx::astype(single, mx::float32))).item<float>();
       EXPECT_LE(max_abs_diff(got.at(key + ".logits"), single), kTolerance * scale)
-          << r.name << " " << key;
+          << name << " " << key;
       ++same_input;
     }
-    EXPECT_GT(same_input, 0) << r.name;
+    EXPECT_GT(same_input, 0) << name;
   }
 }
 
@@ -113,9 +125,8 @@ TEST(TensorParallel, BadConfigurationsNameTheProblem) {
   for (const Row& r : rows()) {
     if (r.error.empty()) continue;
     const fs::path dir = test::data_path("tp/" + r.name);
-    test::RunResult res =
-        test::run_lmx("generate --tp 2 --tp-timeout 60 --max-tokens 1 --prompt hi --model " +
-                      dir.string());
+    test::RunResult res = test::run_lmx(
+        "generate --tp 2 --tp-timeout 60 --max-tokens 1 --prompt hi --model " + dir.string());
     EXPECT_EQ(res.exit_code, 1) << r.name;
     EXPECT_NE(res.err.find(r.error), std::string::npos) << r.name << ": " << res.err;
     EXPECT_NE(res.err.find("during start-up"), std::string::npos) << r.name << ": " << res.err;
@@ -142,8 +153,7 @@ std::string launch_error(const std::vector<std::string>& extra, double timeout_s
 // Rank 1 exits before joining the ring: rank 0, blocked waiting for its peer, is stopped.
 TEST(TensorParallel, RankFailingAtStartupFailsTheLaunch) {
   const std::string err = launch_error({"--fail-rank", "1"}, 120);
-  EXPECT_NE(err.find("rank 1 of 2 exited with status 3 during start-up"), std::string::npos)
-      << err;
+  EXPECT_NE(err.find("rank 1 of 2 exited with status 3 during start-up"), std::string::npos) << err;
 }
 
 TEST(TensorParallel, RankStallingAtStartupHitsTheTimeout) {

@@ -1,8 +1,9 @@
 // One rank of a tensor-parallel replay, for tests/models/test_tensor_parallel.cpp:
-//   lmx_tp_replay ROW_DIR OUT_FILE [--fail-rank R] [--stall-rank R]
-// Run by lmx::launch_ranks: joins the group, loads ROW_DIR's model sharded, replays the "tp2"
-// calls of its reference.json (mlx-lm's sharded run) with the recorded tokens, evaluating the cache
-// after prefill chunks as generate_step does; rank 0 writes call_NNN.logits to OUT_FILE.
+//   lmx_tp_replay ROW_DIR OUT_FILE [--fail-rank R] [--stall-rank R] [--ranks N]
+// Run by lmx::launch_ranks (or, given --ranks N outside a launch, launching N copies of itself):
+// joins the group, loads ROW_DIR's model sharded, replays the "tp" calls of its reference.json
+// (mlx-lm's sharded run) with the recorded tokens, evaluating the cache after prefill chunks as
+// generate_step does; rank 0 writes call_NNN.logits to OUT_FILE.
 // --fail-rank R: rank R exits 3 before joining; --stall-rank R: rank R never reports ready.
 #include <unistd.h>
 
@@ -19,16 +20,24 @@
 int main(int argc, char** argv) {
   using namespace lmx;
   if (argc < 3) {
-    std::fprintf(stderr, "usage: lmx_tp_replay ROW_DIR OUT_FILE [--fail-rank R] [--stall-rank R]\n");
+    std::fprintf(stderr,
+                 "usage: lmx_tp_replay ROW_DIR OUT_FILE [--fail-rank R] [--stall-rank R] "
+                 "[--ranks N]\n");
     return 2;
   }
   const std::filesystem::path dir = argv[1], out = argv[2];
-  int fail_rank = -1, stall_rank = -1;
+  int fail_rank = -1, stall_rank = -1, ranks = 0;
   for (int i = 3; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
-    (flag == "--fail-rank" ? fail_rank : stall_rank) = std::atoi(argv[i + 1]);
+    (flag == "--fail-rank" ? fail_rank
+     : flag == "--ranks"   ? ranks
+                           : stall_rank) = std::atoi(argv[i + 1]);
   }
   try {
+    if (ranks > 0 && !tensor_parallel_rank()) {
+      launch_ranks({"/proc/self/exe", argv[1], argv[2]}, {ranks, 600});
+      return 0;
+    }
     const int rank = tensor_parallel_rank().value_or(-1);
     const int size = std::atoi(std::getenv("LMX_TP_SIZE") ? std::getenv("LMX_TP_SIZE") : "0");
     if (rank == fail_rank) return 3;
@@ -40,9 +49,9 @@ int main(int argc, char** argv) {
     const Weights arrays = load_safetensors(dir / "reference.safetensors");
     Cache cache = loaded.model->make_cache();
     Weights logits;
-    for (const auto& call : ref.at("tp2").at("calls")) {
+    for (const auto& call : ref.at("tp").at("calls")) {
       const std::string key = call.at("key").get<std::string>();
-      mx::array y = (*loaded.model)(arrays.at("tp2." + key + ".tokens"), cache);
+      mx::array y = (*loaded.model)(arrays.at("tp." + key + ".tokens"), cache);
       std::vector<mx::array> outputs{y};
       if (call.at("eval_cache").get<bool>())
         for (auto& c : cache)
