@@ -67,13 +67,26 @@ std::string prompt_text(const Flags& f) {
   return p;
 }
 
-namespace {
+std::vector<FlagSpec> tensor_parallel_flags() {
+  return {
+      {"tp", "tensor parallelism: run N ranks on this host (docs/distributed.md)", false, "N", "1"},
+      {"tp-timeout", "seconds every rank may take to start", false, "S", "600"},
+  };
+}
 
-// The command line of each rank: the same arguments, a '-' prompt replaced by the text read here
-// (standard input is read once, by the launcher).
-std::vector<std::string> rank_argv(const Args& args, const std::string& prompt) {
-  std::vector<std::string> argv{std::filesystem::read_symlink("/proc/self/exe").string(),
-                                "generate"};
+int tensor_parallel_size(const Flags& f) {
+  const int tp = f.integer("tp", 1);
+  check(tp >= 1, "lmx", "--tp must be >= 1, got ", tp);
+  return tp;
+}
+
+bool launched_ranks(const Flags& f, const std::string& command, const Args& args,
+                    const std::string& prompt) {
+  const int tp = tensor_parallel_size(f);
+  if (tp == 1 || tensor_parallel_rank()) return false;
+  // Each rank gets the same arguments, a '-' prompt replaced by the text read here (standard
+  // input is read once, by the launcher).
+  std::vector<std::string> argv{std::filesystem::read_symlink("/proc/self/exe").string(), command};
   for (size_t i = 0; i < args.size(); ++i) {
     if (args[i] == "--prompt=-") {
       argv.push_back("--prompt=" + prompt);
@@ -84,16 +97,8 @@ std::vector<std::string> rank_argv(const Args& args, const std::string& prompt) 
       argv.push_back(args[i]);
     }
   }
-  return argv;
-}
-
-}  // namespace
-
-std::vector<FlagSpec> tensor_parallel_flags() {
-  return {
-      {"tp", "tensor parallelism: run N ranks on this host (docs/distributed.md)", false, "N", "1"},
-      {"tp-timeout", "seconds every rank may take to start", false, "S", "600"},
-  };
+  launch_ranks(argv, {tp, f.number("tp-timeout", 600)});
+  return true;
 }
 
 int cmd_generate(const Args& args) {
@@ -108,13 +113,8 @@ int cmd_generate(const Args& args) {
   }
   const GenerateOptions opt = generate_options(f);
   const std::string prompt = prompt_text(f);
-  const int tp = f.integer("tp", 1);
-  check(tp >= 1, "lmx generate", "--tp must be >= 1, got ", tp);
-  if (tp > 1 && !tensor_parallel_rank()) {
-    launch_ranks(rank_argv(args, prompt), {tp, f.number("tp-timeout", 600)});
-    return 0;
-  }
-  LanguageModel model = LanguageModel::load(f.required("model"), {tp});
+  if (launched_ranks(f, "generate", args, prompt)) return 0;
+  LanguageModel model = LanguageModel::load(f.required("model"), {tensor_parallel_size(f)});
   notify_rank_ready();
   // Every rank generates the same tokens; only rank 0 reports (the launcher drops the others'
   // standard output).

@@ -8,6 +8,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -80,8 +81,10 @@ std::string describe(int status) {
 }
 
 void stop_all(std::vector<Rank>& ranks) {
-  for (auto& r : ranks)
+  for (auto& r : ranks) {
+    if (r.pid <= 0) r.exited = true;  // never started: nothing to signal (kill(-1) is everyone)
     if (!r.exited) kill(r.pid, SIGTERM);
+  }
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(3);
   for (auto& r : ranks) {
     while (!r.exited) {
@@ -126,7 +129,10 @@ std::vector<std::string> rank_env(int rank, int size, const std::string& hostfil
 
 // After fork: only async-signal-safe calls until exec.
 [[noreturn]] void exec_rank(std::vector<char*>& argv, std::vector<std::string>& env, int rank,
-                            int ready_fd) {
+                            int ready_fd, pid_t launcher) {
+  // A rank outliving its launcher would wait in a collective forever.
+  prctl(PR_SET_PDEATHSIG, SIGTERM);
+  if (getppid() != launcher) _exit(1);
   // dup() drops O_CLOEXEC: this rank's write end (and no other) survives exec.
   const int fd = dup(ready_fd);
   char fd_var[32];
@@ -160,12 +166,13 @@ void launch_ranks(const std::vector<std::string>& argv, const LaunchOptions& opt
   for (auto& a : args) cargs.push_back(a.data());
   cargs.push_back(nullptr);
   std::vector<Rank> ranks(opt.ranks);
+  const pid_t launcher = getpid();
   for (int i = 0; i < opt.ranks; ++i) {
     std::vector<std::string> env = rank_env(i, opt.ranks, hostfile, ports[0]);
     int p[2];
     check(pipe2(p, O_CLOEXEC) == 0, kWhere, "cannot create a pipe for rank ", i);
     const pid_t pid = fork();
-    if (pid == 0) exec_rank(cargs, env, i, p[1]);
+    if (pid == 0) exec_rank(cargs, env, i, p[1], launcher);
     close(p[1]);
     ranks[i].ready_fd = p[0];
     if (pid < 0) {
