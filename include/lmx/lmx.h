@@ -124,6 +124,10 @@ class LanguageModel {
   GenerationStats generate(const std::vector<int>& prompt, const GenerateOptions& options,
                            const std::function<bool(const TokenOutput&)>& on_token);
 
+  // Tensor-parallel loads: rank 0's payload on every rank (a collective: all ranks call it, e.g.
+  // with each request rank 0 receives, before all of them generate). Otherwise the payload.
+  std::string broadcast_from_rank0(const std::string& payload) const;
+
   struct Impl;
 
  private:

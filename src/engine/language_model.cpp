@@ -35,6 +35,7 @@ struct LanguageModel::Impl {
   LoadedWeights loaded;
   Tokenizer tokenizer;
   std::vector<int> eos;
+  std::optional<ShardSpec> shard;
 };
 
 LanguageModel::LanguageModel(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -53,8 +54,13 @@ LanguageModel LanguageModel::load(const std::filesystem::path& dir, const LoadOp
   // mlx-lm's TokenizerWrapper adds the tokenizer's own eos token to the config's ids.
   for (int id : tok.eos_token_ids())
     if (std::find(eos.begin(), eos.end(), id) == eos.end()) eos.push_back(id);
-  return LanguageModel(
-      std::make_unique<Impl>(Impl{std::move(loaded), std::move(tok), std::move(eos)}));
+  return LanguageModel(std::make_unique<Impl>(
+      Impl{std::move(loaded), std::move(tok), std::move(eos), std::move(shard)}));
+}
+
+std::string LanguageModel::broadcast_from_rank0(const std::string& payload) const {
+  if (!impl_->shard) return payload;
+  return lmx::broadcast_from_rank0(payload, *impl_->shard->group);
 }
 
 const std::string& LanguageModel::model_type() const { return impl_->loaded.info.model_type; }

@@ -16,6 +16,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -257,6 +258,20 @@ ShardSpec join_tensor_parallel_group(int size) {
   check(group->size() == size && group->rank() == *rank, kWhere, "MLX distributed gave rank ",
         group->rank(), " of ", group->size(), ", expected rank ", *rank, " of ", size);
   return ShardSpec{*rank, size, group};
+}
+
+std::string broadcast_from_rank0(const std::string& payload, const mx::distributed::Group& group) {
+  const bool root = group.rank() == 0;
+  mx::array n = mx::distributed::all_sum(
+      mx::array({root ? static_cast<int32_t>(payload.size()) : 0}, mx::int32), group);
+  const int size = n.item<int32_t>();
+  if (size == 0) return "";
+  std::vector<int32_t> words((size + 3) / 4, 0);
+  if (root) std::memcpy(words.data(), payload.data(), payload.size());
+  mx::array sum = mx::distributed::all_sum(
+      mx::array(words.data(), {static_cast<int>(words.size())}, mx::int32), group);
+  mx::eval(sum);
+  return std::string(reinterpret_cast<const char*>(sum.data<int32_t>()), size);
 }
 
 }  // namespace lmx

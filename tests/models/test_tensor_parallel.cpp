@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <sstream>
 #include <string>
@@ -136,6 +138,20 @@ TEST(TensorParallel, BadConfigurationsNameTheProblem) {
   test::RunResult zero = test::run_lmx("generate --tp 0 --prompt hi --model .");
   EXPECT_EQ(zero.exit_code, 1);
   EXPECT_NE(zero.err.find("--tp must be >= 1, got 0"), std::string::npos) << zero.err;
+}
+
+// What lmx serve --tp needs: rank 0's request bytes (not a multiple of 4, not ASCII) on every rank.
+TEST(TensorParallel, BroadcastFromRank0ReachesEveryRank) {
+  const std::string payload = "{\"prompt\": \"h\xc3\xa9llo\", \"max_tokens\": 7}\n\x01";
+  const fs::path out = scratch("broadcast.safetensors");
+  launch_ranks({LMX_TP_REPLAY, test::data_path("tp/llama_q4_g32").string(), out.string(),
+                "--broadcast", payload},
+               {2, 120});
+  for (int r = 0; r < 2; ++r) {
+    std::ifstream f(out.string() + ".rank" + std::to_string(r) + ".txt", std::ios::binary);
+    const std::string got((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    EXPECT_EQ(got, payload) << "rank " << r;
+  }
 }
 
 std::string launch_error(const std::vector<std::string>& extra, double timeout_s) {

@@ -1,14 +1,18 @@
 // One rank of a tensor-parallel replay, for tests/models/test_tensor_parallel.cpp:
-//   lmx_tp_replay ROW_DIR OUT_FILE [--fail-rank R] [--stall-rank R] [--ranks N]
+//   lmx_tp_replay ROW_DIR OUT_FILE [--fail-rank R] [--stall-rank R] [--ranks N] [--broadcast S]
 // Run by lmx::launch_ranks (or, given --ranks N outside a launch, launching N copies of itself):
 // joins the group, loads ROW_DIR's model sharded, replays the "tp" calls of its reference.json
 // (mlx-lm's sharded run) with the recorded tokens, evaluating the cache after prefill chunks as
 // generate_step does; rank 0 writes call_NNN.logits to OUT_FILE.
-// --fail-rank R: rank R exits 3 before joining; --stall-rank R: rank R never reports ready.
+// --fail-rank R: rank R exits 3 before joining; --stall-rank R: rank R never reports ready;
+// --broadcast S: afterwards rank 0 broadcasts S, and every rank r writes what it got to
+// OUT_FILE.rank<r>.txt.
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <map>
 #include <string>
 
 #include "core/json.h"
@@ -19,20 +23,20 @@
 
 int main(int argc, char** argv) {
   using namespace lmx;
-  if (argc < 3) {
+  if (argc < 3 || argc % 2 == 0) {
     std::fprintf(stderr,
                  "usage: lmx_tp_replay ROW_DIR OUT_FILE [--fail-rank R] [--stall-rank R] "
-                 "[--ranks N]\n");
+                 "[--ranks N] [--broadcast S]\n");
     return 2;
   }
   const std::filesystem::path dir = argv[1], out = argv[2];
-  int fail_rank = -1, stall_rank = -1, ranks = 0;
-  for (int i = 3; i + 1 < argc; i += 2) {
-    const std::string flag = argv[i];
-    (flag == "--fail-rank" ? fail_rank
-     : flag == "--ranks"   ? ranks
-                           : stall_rank) = std::atoi(argv[i + 1]);
-  }
+  std::map<std::string, std::string> flags;
+  for (int i = 3; i + 1 < argc; i += 2) flags[argv[i]] = argv[i + 1];
+  auto number = [&](const char* flag) {
+    return flags.count(flag) ? std::atoi(flags[flag].c_str()) : -1;
+  };
+  const int fail_rank = number("--fail-rank"), stall_rank = number("--stall-rank");
+  const int ranks = number("--ranks");
   try {
     if (ranks > 0 && !tensor_parallel_rank()) {
       launch_ranks({"/proc/self/exe", argv[1], argv[2]}, {ranks, 600});
@@ -60,6 +64,11 @@ int main(int argc, char** argv) {
       logits.insert_or_assign(key + ".logits", y);
     }
     if (rank == 0) save_safetensors(out, logits);
+    if (flags.count("--broadcast")) {
+      const std::string mine = rank == 0 ? flags["--broadcast"] : "rank " + std::to_string(rank);
+      std::ofstream(out.string() + ".rank" + std::to_string(rank) + ".txt", std::ios::binary)
+          << broadcast_from_rank0(mine, *spec.group);
+    }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "lmx_tp_replay: error: %s\n", e.what());
     return 1;
