@@ -246,8 +246,12 @@ ShardSpec join_tensor_parallel_group(int size) {
   check(std::atoi(env_size) == size, kWhere, "the load asks for tensor_parallel ", size,
         ", expected the launched group size ", env_size);
   const bool cuda = std::string(LMX_BACKEND) == "cuda";
-  // One GPU per rank, as MLX's NCCL examples do.
-  if (cuda) mx::set_default_device(mx::Device(mx::Device::gpu, *rank));
+  if (cuda) {
+    // One GPU per rank: the one MLX's NCCL backend selects for itself (cudaSetDevice(rank % n)).
+    const int gpus = mx::gpu::device_count();
+    check(gpus >= size, kWhere, "--tp ", size, " needs one GPU per rank, got ", gpus, " GPUs");
+    mx::set_default_device(mx::Device(mx::Device::gpu, *rank));
+  }
   std::optional<mx::distributed::Group> group;
   try {
     group = mx::distributed::init(/*strict=*/true, cuda ? "nccl" : "ring");
