@@ -3,6 +3,7 @@
 // logits must be bit-identical to mlx-lm's sharded run, within tolerance of the single-process
 // run, and bad configurations or failing ranks must end the launch with an error naming them.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -41,11 +42,20 @@ std::vector<Row> rows() {
   return out;
 }
 
-fs::path scratch(const std::string& name) {
-  fs::path d = fs::temp_directory_path() / ("lmx_tp_test_" + std::to_string(::getpid()));
-  fs::create_directories(d);
-  return d / name;
+fs::path scratch_dir() {
+  return fs::temp_directory_path() / ("lmx_tp_test_" + std::to_string(::getpid()));
 }
+
+fs::path scratch(const std::string& name) {
+  fs::create_directories(scratch_dir());
+  return scratch_dir() / name;
+}
+
+struct RemoveScratch : ::testing::Environment {
+  void TearDown() override { fs::remove_all(scratch_dir()); }
+};
+const ::testing::Environment* const kRemoveScratch =
+    ::testing::AddGlobalTestEnvironment(new RemoveScratch);
 
 // lmx's 2-rank replay of a row (launched once per row and kept), as call key -> logits.
 const Weights& lmx_logits(const std::string& row) {
