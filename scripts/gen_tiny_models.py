@@ -469,6 +469,23 @@ def tap(module, store, key):
     module.__class__ = type(f"Tapped{cls.__name__}", (cls,), {"__call__": __call__})
 
 
+def drive(prompt, prefill_step, decode_steps, call):
+    """generate_step's call order: the prompt except its last token in prefill_step chunks, the
+    last prompt token, then decode_steps steps fed with the previous token; call(tokens, kind)
+    returns the next token for non-prefill calls. Returns the generated tokens."""
+    rest = prompt
+    while len(rest) > 1:
+        n = min(prefill_step, len(rest) - 1)
+        call(rest[:n], "prefill")
+        rest = rest[n:]
+    token = call(rest, "last_prompt")
+    generated = [token]
+    for _ in range(decode_steps):
+        token = call([token], "decode")
+        generated.append(token)
+    return generated
+
+
 def record_run(r, out):
     """Loads the saved directory with mlx-lm and replays generate_step, recording every call, and
     for the first call and the first decode step also every layer's output and the final norm's."""
@@ -510,16 +527,7 @@ def record_run(r, out):
         calls.append(entry)
         return entry.get("next_token")
 
-    rest = prompt
-    while len(rest) > 1:
-        n = min(r["prefill_step"], len(rest) - 1)
-        call(rest[:n], "prefill")
-        rest = rest[n:]
-    token = call(rest, "last_prompt")
-    generated = [token]
-    for _ in range(r["decode"]):
-        token = call([token], "decode")
-        generated.append(token)
+    generated = drive(prompt, r["prefill_step"], r["decode"], call)
 
     mx.save_safetensors(str(out / "reference.safetensors"), arrays, metadata={"format": "mlx"})
     logits_dtype = str(arrays["call_000.logits"].dtype).removeprefix("mlx.core.")

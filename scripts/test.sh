@@ -16,6 +16,8 @@ export LMX_TEST_DATA="$data"
 step() { echo "== $*"; }
 step "tiny random models and mlx-lm reference logits"
 "$py" scripts/gen_tiny_models.py "$data"
+step "tensor-parallel references (mlx-lm Model.shard under 2 ring processes)"
+"$py" scripts/gen_tp_fixtures.py "$data"
 step "sampler fixtures"
 "$py" scripts/gen_sampler_fixtures.py "$data/sampler"
 step "KV cache fixtures"

@@ -33,6 +33,9 @@ MODELS = {
                      num_attention_heads=32, tie_word_embeddings=True),
     "qwen3-8b": dict(QWEN3, hidden_size=4096, intermediate_size=12288, num_hidden_layers=36,
                      num_attention_heads=32, tie_word_embeddings=False),
+    # the 32B class of the tensor-parallel benchmark (bench/gpu/tp.sh)
+    "qwen3-32b": dict(QWEN3, hidden_size=5120, intermediate_size=25600, num_hidden_layers=64,
+                      num_attention_heads=64, tie_word_embeddings=False),
     "llama-3.1-8b": dict(architectures=["LlamaForCausalLM"], model_type="llama",
                          hidden_act="silu", hidden_size=4096, intermediate_size=14336,
                          num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8,

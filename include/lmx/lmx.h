@@ -93,10 +93,33 @@ struct TokenOutput {
   std::string_view text;
 };
 
+// Tensor parallelism over the processes of one host (docs/distributed.md).
+struct LoadOptions {
+  // > 1: this process is one rank of a launch_ranks group of that size and loads its shard
+  // (attention heads and MLP columns split as mlx-lm's Model.shard). llama, mistral, qwen2, qwen3.
+  int tensor_parallel = 1;
+};
+
+struct LaunchOptions {
+  int ranks = 2;
+  double startup_timeout_s = 600;  // every rank must call notify_rank_ready() within it
+};
+
+// Runs argv (argv[0]: the executable's path) as `ranks` processes on 127.0.0.1 with MLX
+// distributed's environment (ring backend on CPU, NCCL on CUDA, NCCL_NVLS_ENABLE=0 always).
+// Rank 0's standard output passes through, the others' is dropped; standard error passes
+// through. Returns when every rank exited 0; throws lmx::Error naming the first rank that failed
+// or was not ready in time, after stopping the others.
+void launch_ranks(const std::vector<std::string>& argv, const LaunchOptions& options);
+// In a process started by launch_ranks: its rank; nullopt elsewhere.
+std::optional<int> tensor_parallel_rank();
+// Tells the launcher this rank finished starting (call after LanguageModel::load).
+void notify_rank_ready();
+
 class LanguageModel {
  public:
   // Loads config.json, model*.safetensors, tokenizer.json from `dir`. Throws lmx::Error.
-  static LanguageModel load(const std::filesystem::path& dir);
+  static LanguageModel load(const std::filesystem::path& dir, const LoadOptions& options = {});
   ~LanguageModel();
   LanguageModel(LanguageModel&&) noexcept;
   LanguageModel& operator=(LanguageModel&&) noexcept;
@@ -118,6 +141,10 @@ class LanguageModel {
   // lmx::Error for a prompt longer than the context or invalid options.
   GenerationStats generate(const std::vector<int>& prompt, const GenerateOptions& options,
                            const std::function<bool(const TokenOutput&)>& on_token);
+
+  // Tensor-parallel loads: rank 0's payload on every rank (a collective: all ranks call it, e.g.
+  // with each request rank 0 receives, before all of them generate). Otherwise the payload.
+  std::string broadcast_from_rank0(const std::string& payload) const;
 
   struct Impl;
 

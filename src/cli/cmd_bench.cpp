@@ -72,11 +72,13 @@ BenchResult bench_one(LanguageModel& model, GenerateOptions opt, int prompt_toke
 }
 
 void print_result(const std::string& dir, const LanguageModel& model, const GenerateOptions& opt,
-                  int p, int g, const BenchResult& r, bool as_json) {
+                  int p, int g, const BenchResult& r, bool as_json, int tp) {
   const auto& per_layer = opt.kv_config ? *opt.kv_config : model.kv_config();
+  if (tensor_parallel_rank().value_or(0) != 0) return;
   if (as_json) {
     json j = {{"model", dir},
               {"backend", backend_description()},
+              {"tensor_parallel", tp},
               {"prompt_tokens", p},
               {"gen_tokens", g},
               {"prompt_tps", r.prompt_tps},
@@ -90,6 +92,7 @@ void print_result(const std::string& dir, const LanguageModel& model, const Gene
   } else {
     std::printf("backend: %s\nmodel: %s (%s)\n", backend_description().c_str(), dir.c_str(),
                 model.model_type().c_str());
+    if (tp > 1) std::printf("tensor parallel: %d ranks\n", tp);
     std::printf("prompt: %d tokens, %.3f tokens-per-sec\n", p, r.prompt_tps);
     std::printf("generation: %d tokens, %.3f tokens-per-sec\n", g, r.generation_tps);
     std::printf("peak memory: %.3f GB\n", r.peak / 1e9);
@@ -118,6 +121,7 @@ int cmd_bench(const Args& args) {
       {"json", "print one JSON line instead of text", true},
   };
   for (auto& spec : kv_cache_flags()) specs.push_back(spec);
+  for (auto& spec : tensor_parallel_flags()) specs.push_back(spec);
   Flags f("bench", "Measure prompt (prefill) and decode speed, peak memory and KV cache size.",
           specs);
   if (!f.parse(args)) {
@@ -135,13 +139,17 @@ int cmd_bench(const Args& args) {
                         : parse_workloads(workloads);
   const bool as_json = f.on("json") || !workloads.empty();
   const std::string dir = f.required("model");
-  LanguageModel model = LanguageModel::load(dir);
+  if (launched_ranks(f, "bench", args)) return 0;
+  // Every rank draws the same random prompts (same seed) and runs the same steps.
+  const int tp = tensor_parallel_size(f);
+  LanguageModel model = LanguageModel::load(dir, {tp});
+  notify_rank_ready();
   GenerateOptions opt;
   set_kv_cache_options(f, model, opt);
   const auto seed = static_cast<uint32_t>(f.integer("seed", 0));
   for (const auto& [p, g] : runs) {
     const BenchResult r = bench_one(model, opt, p, g, trials, seed);
-    print_result(dir, model, opt, p, g, r, as_json);
+    print_result(dir, model, opt, p, g, r, as_json, tp);
   }
   return 0;
 }

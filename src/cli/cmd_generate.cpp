@@ -1,8 +1,10 @@
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 
 #include "cli/commands.h"
 #include "cli/flags.h"
+#include "core/error.h"
 #include "lmx/lmx.h"
 
 namespace lmx::cli {
@@ -70,10 +72,45 @@ std::string prompt_text(const Flags& f) {
   return p;
 }
 
+std::vector<FlagSpec> tensor_parallel_flags() {
+  return {
+      {"tp", "tensor parallelism: run N ranks on this host (docs/distributed.md)", false, "N", "1"},
+      {"tp-timeout", "seconds every rank may take to start", false, "S", "600"},
+  };
+}
+
+int tensor_parallel_size(const Flags& f) {
+  const int tp = f.integer("tp", 1);
+  check(tp >= 1, "lmx", "--tp must be >= 1, got ", tp);
+  return tp;
+}
+
+bool launched_ranks(const Flags& f, const std::string& command, const Args& args,
+                    const std::string& prompt) {
+  const int tp = tensor_parallel_size(f);
+  if (tp == 1 || tensor_parallel_rank()) return false;
+  // Each rank gets the same arguments, a '-' prompt replaced by the text read here (standard
+  // input is read once, by the launcher).
+  std::vector<std::string> argv{std::filesystem::read_symlink("/proc/self/exe").string(), command};
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == "--prompt=-") {
+      argv.push_back("--prompt=" + prompt);
+    } else if (args[i] == "--prompt" && i + 1 < args.size() && args[i + 1] == "-") {
+      argv.insert(argv.end(), {"--prompt", prompt});
+      ++i;
+    } else {
+      argv.push_back(args[i]);
+    }
+  }
+  launch_ranks(argv, {tp, f.number("tp-timeout", 600)});
+  return true;
+}
+
 int cmd_generate(const Args& args) {
   Flags f("generate", "Generate text from a prompt; tokens stream to standard output.",
           sampling_flags());
   for (auto& spec : kv_cache_flags()) f.add(spec);
+  for (auto& spec : tensor_parallel_flags()) f.add(spec);
   f.add({"verbose", "print speed and memory statistics to standard error", true});
   if (!f.parse(args)) {
     std::fputs(f.usage().c_str(), stdout);
@@ -81,7 +118,12 @@ int cmd_generate(const Args& args) {
   }
   GenerateOptions opt = generate_options(f);
   const std::string prompt = prompt_text(f);
-  LanguageModel model = LanguageModel::load(f.required("model"));
+  if (launched_ranks(f, "generate", args, prompt)) return 0;
+  LanguageModel model = LanguageModel::load(f.required("model"), {tensor_parallel_size(f)});
+  notify_rank_ready();
+  // Every rank generates the same tokens; only rank 0 reports (the launcher drops the others'
+  // standard output).
+  const bool report = tensor_parallel_rank().value_or(0) == 0;
   set_kv_cache_options(f, model, opt);
   const std::vector<int> ids = model.encode(prompt);
   GenerationStats st = model.generate(ids, opt, [](const TokenOutput& t) {
@@ -90,7 +132,7 @@ int cmd_generate(const Args& args) {
     return true;
   });
   std::fputc('\n', stdout);
-  if (f.on("verbose")) {
+  if (f.on("verbose") && report) {
     std::fprintf(stderr,
                  "prompt: %d tokens, %.3f tokens-per-sec\n"
                  "generation: %d tokens, %.3f tokens-per-sec\n"

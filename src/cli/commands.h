@@ -20,6 +20,13 @@ GenerateOptions generate_options(const Flags& flags);
 // a kv_config file is checked against the loaded model).
 std::vector<FlagSpec> kv_cache_flags();
 void set_kv_cache_options(const Flags& flags, const LanguageModel& model, GenerateOptions& options);
+// --tp N and --tp-timeout S (generate, bench; serve when it lands).
+std::vector<FlagSpec> tensor_parallel_flags();
+int tensor_parallel_size(const Flags& flags);
+// With --tp N > 1 in the launching process: runs `lmx <command> args` as N ranks (lmx.h
+// launch_ranks) and returns true once all exited 0. False in a rank or without --tp.
+bool launched_ranks(const Flags& flags, const std::string& command, const Args& args,
+                    const std::string& prompt = "");
 int cmd_convert(const Args& args);
 int cmd_bench(const Args& args);
 int cmd_chat(const Args& args);

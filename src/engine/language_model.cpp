@@ -5,6 +5,7 @@
 #include "cache/kv_config.h"
 #include "core/error.h"
 #include "engine/model_impl.h"
+#include "engine/tensor_parallel.h"
 #include "generate/generate.h"
 #include "lmx/lmx.h"
 #include "models/model.h"
@@ -37,14 +38,19 @@ LanguageModel::~LanguageModel() = default;
 LanguageModel::LanguageModel(LanguageModel&&) noexcept = default;
 LanguageModel& LanguageModel::operator=(LanguageModel&&) noexcept = default;
 
-LanguageModel LanguageModel::load(const std::filesystem::path& dir) {
-  LoadedWeights loaded = load_model(dir);
+LanguageModel LanguageModel::load(const std::filesystem::path& dir, const LoadOptions& options) {
+  check(options.tensor_parallel >= 1, "load", "tensor_parallel must be >= 1, got ",
+        options.tensor_parallel);
+  std::optional<ShardSpec> shard;
+  if (options.tensor_parallel > 1) shard = join_tensor_parallel_group(options.tensor_parallel);
+  LoadedWeights loaded = load_model(dir, shard);
   Tokenizer tok = Tokenizer::from_dir(dir);
   std::vector<int> eos = loaded.info.eos_token_ids;
   // mlx-lm's TokenizerWrapper adds the tokenizer's own eos token to the config's ids.
   for (int id : tok.eos_token_ids())
     if (std::find(eos.begin(), eos.end(), id) == eos.end()) eos.push_back(id);
-  auto impl = std::make_unique<Impl>(Impl{std::move(loaded), std::move(tok), std::move(eos), {}});
+  auto impl = std::make_unique<Impl>(
+      Impl{std::move(loaded), std::move(tok), std::move(eos), {}, std::move(shard)});
   // mlx-optiq's per-layer KV bits, used by generate unless the options say otherwise.
   if (std::filesystem::exists(dir / "kv_config.json"))
     impl->kv_config = lmx::read_kv_config(dir / "kv_config.json", impl->num_caches());
@@ -55,6 +61,11 @@ const std::vector<KVLayerBits>& LanguageModel::kv_config() const { return impl_-
 
 std::vector<KVLayerBits> LanguageModel::read_kv_config(const std::filesystem::path& file) const {
   return lmx::read_kv_config(file, impl_->num_caches());
+}
+
+std::string LanguageModel::broadcast_from_rank0(const std::string& payload) const {
+  if (!impl_->shard) return payload;
+  return lmx::broadcast_from_rank0(payload, *impl_->shard->group);
 }
 
 const std::string& LanguageModel::model_type() const { return impl_->loaded.info.model_type; }

@@ -1,6 +1,7 @@
 // What LanguageModel holds, shared by the engine's files (language_model.cpp, session.cpp).
 #pragma once
 
+#include <optional>
 #include <vector>
 
 #include "cache/kv_config.h"
@@ -15,6 +16,7 @@ struct LanguageModel::Impl {
   Tokenizer tokenizer;
   std::vector<int> eos;
   std::vector<KVLayerBits> kv_config;  // kv_config.json of the model directory
+  std::optional<ShardSpec> shard;      // tensor parallelism: this rank's part
   int num_caches() const { return static_cast<int>(loaded.model->make_cache().size()); }
 };
 

@@ -155,7 +155,7 @@ std::vector<int> read_eos(const json& v) {
 
 }  // namespace
 
-LoadedWeights load_model(const fs::path& dir) {
+LoadedWeights load_model(const fs::path& dir, const std::optional<ShardSpec>& shard) {
   check(fs::is_directory(dir), dir.string(), "model directory does not exist");
   const fs::path config_path = dir / "config.json";
   check(fs::exists(config_path), config_path.string(), "config.json not found");
@@ -194,12 +194,16 @@ LoadedWeights load_model(const fs::path& dir) {
   Weights weights = load_model_weights(dir);
   if (arch->sanitize) arch->sanitize(config, weights);
   WeightStore store(std::move(weights), QuantConfig::from_config(config, source), dir.string());
+  const bool sharded = shard && shard->size > 1;
+  if (shard) store.set_shard(*shard);
   LoadedWeights out;
   try {
     out.model = arch->build(config, store);
   } catch (const json::exception& e) {
     fail(source, "invalid config: ", e.what());
   }
+  check(!sharded || store.shard_consumed(), source, "model_type '", info.model_type,
+        "' does not support tensor parallelism yet, expected one of llama, mistral, qwen2, qwen3");
   store.check_all_used();
   info.config = std::move(config);
   out.info = std::move(info);

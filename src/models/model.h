@@ -29,6 +29,14 @@ struct QuantConfig {
   static QuantConfig from_config(const json& config, const std::string& source);
 };
 
+// Tensor parallelism (mlx-lm's Model.shard): this process is rank `rank` of `size`, and `group`
+// carries the all-sums of the sharded-to-all projections. size 1 loads the whole model.
+struct ShardSpec {
+  int rank = 0;
+  int size = 1;
+  std::optional<mx::distributed::Group> group;
+};
+
 // Checkpoint tensors after `sanitize`; every tensor must be taken exactly once, with its shape
 // checked (mlx-lm's load_weights(strict=True)).
 class WeightStore {
@@ -43,9 +51,18 @@ class WeightStore {
   std::optional<QuantSpec> quant_for(const std::string& module_path, int in_dims) const;
   void check_all_used() const;
   const std::string& source() const { return source_; }
+  // The tensor-parallel spec of this load; models that shard read it (which marks it consumed).
+  void set_shard(ShardSpec spec) { shard_ = std::move(spec); }
+  const ShardSpec* shard() {
+    shard_consumed_ = true;
+    return shard_ && shard_->size > 1 ? &*shard_ : nullptr;
+  }
+  bool shard_consumed() const { return shard_consumed_; }
 
  private:
   Weights weights_;
+  std::optional<ShardSpec> shard_;
+  bool shard_consumed_ = false;
   std::set<std::string> used_;
   QuantConfig quant_;
   std::string source_;
@@ -108,8 +125,10 @@ void register_architecture(const std::string& model_type, Architecture arch);
 const Architecture* find_architecture(const std::string& model_type);
 std::vector<std::string> registered_architectures();
 
-// Loads config.json, generation_config.json and model*.safetensors from a directory.
-LoadedWeights load_model(const std::filesystem::path& dir);
+// Loads config.json, generation_config.json and model*.safetensors from a directory; with a
+// shard spec of size > 1, only that rank's part of a tensor-parallel model.
+LoadedWeights load_model(const std::filesystem::path& dir,
+                         const std::optional<ShardSpec>& shard = std::nullopt);
 
 // Static registration helper for one architecture file.
 struct ArchitectureRegistrar {

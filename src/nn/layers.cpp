@@ -40,6 +40,7 @@ Linear Linear::load(WeightStore& w, const std::string& path, int in, int out, bo
 
 mx::array Linear::operator()(const mx::array& x) const {
   mx::array y = base(x);
+  if (all_reduce) y = (*all_reduce)(y);
   for (const auto& a : adapters) y = (*a)(x, y);
   return y;
 }

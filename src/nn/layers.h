@@ -22,6 +22,14 @@ struct LinearAdapter {
   virtual mx::array operator()(const mx::array& x, const mx::array& y) const = 0;
 };
 
+// The reduction of mlx.nn's (Quantized)ShardedToAllLinear: the rank's partial product is summed
+// over the group, then the layer bias (whole on every rank) is added. Defined in nn/shard.cpp.
+struct AllReduce {
+  mx::distributed::Group group;
+  std::optional<mx::array> bias;
+  mx::array operator()(const mx::array& partial) const;
+};
+
 // nn.Linear or nn.QuantizedLinear. `bias` is the additive layer bias, applied after the matmul;
 // `biases` are the affine zero points of a quantized weight.
 struct Linear {
@@ -29,6 +37,7 @@ struct Linear {
   std::optional<mx::array> scales, biases, bias;
   std::optional<QuantSpec> quant;
   std::vector<std::shared_ptr<const LinearAdapter>> adapters;
+  std::optional<AllReduce> all_reduce;  // tensor parallel, sharded-to-all (nn/shard.h)
 
   static Linear load(WeightStore& w, const std::string& path, int in, int out, bool has_bias);
   mx::array operator()(const mx::array& x) const;

@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "nn/shard.h"
+
 namespace lmx::nn {
 
 SwiGLUMLP SwiGLUMLP::load(WeightStore& w, const std::string& path, int dims, int hidden,
@@ -62,8 +64,13 @@ DenseDecoder::DenseDecoder(const DecoderOptions& o, WeightStore& w)
     : embed_tokens_(
           Embedding::load(w, "model.embed_tokens", o.vocab_size, o.attention.hidden_size)),
       norm_(RMSNorm::load(w, "model.norm", o.attention.hidden_size, o.rms_norm_eps)) {
-  for (int i = 0; i < o.num_hidden_layers; ++i)
-    layers_.emplace_back(o, w, "model.layers." + std::to_string(i));
+  const ShardSpec* tp = w.shard();
+  if (tp) check_shardable(o, *tp, w.source());
+  for (int i = 0; i < o.num_hidden_layers; ++i) {
+    const std::string path = "model.layers." + std::to_string(i);
+    layers_.emplace_back(o, w, path);
+    if (tp) shard_block(layers_.back(), *tp, path);
+  }
   if (!o.tie_word_embeddings)
     lm_head_ = Linear::load(w, "lm_head", o.attention.hidden_size, o.vocab_size, false);
 }
