@@ -21,5 +21,6 @@ std::vector<FlagSpec> kv_cache_flags();
 void set_kv_cache_options(const Flags& flags, GenerateOptions& options);
 int cmd_convert(const Args& args);
 int cmd_bench(const Args& args);
+int cmd_serve(const Args& args);
 
 }  // namespace lmx::cli

@@ -1,0 +1,315 @@
+#!/usr/bin/env python3
+"""End-to-end tests of `lmx serve`: spawn the real binary on the default model (SmolLM2-135M-
+Instruct 4-bit) on a free port and drive it with the official `openai` and `anthropic` clients
+and raw HTTP. The reference for every greedy output is mlx_lm itself (stream_generate on the
+prompt that transformers' apply_chat_template renders), run in this process.
+
+    LMX_BINARY=build/lmx LMX_TEST_DATA=build/testdata .venv/bin/python tests/server/test_server.py
+"""
+import http.client
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import unittest
+from concurrent.futures import ThreadPoolExecutor
+
+import anthropic
+import openai
+
+BINARY = os.environ.get("LMX_BINARY", "build/lmx")
+MODEL = os.path.join(os.environ.get("LMX_TEST_DATA", "build/testdata"),
+                     "smollm2-135m-instruct-4bit")
+MAX = 6  # the model runs ~7 tokens/s on the CI CPU: keep answers short
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    def __init__(self, *flags):
+        self.port = free_port()
+        self.proc = subprocess.Popen([BINARY, "serve", "--model", MODEL, "--port", str(self.port),
+                                      "--log-level", "WARNING", *flags],
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError("lmx serve exited: " + self.proc.stderr.read().decode())
+            try:
+                if self.request("GET", "/health")[0] == 200:
+                    return
+            except OSError:
+                time.sleep(0.2)
+        raise RuntimeError("lmx serve did not come up")
+
+    @property
+    def url(self):
+        return f"http://127.0.0.1:{self.port}"
+
+    def request(self, method, path, body=None, headers=None):
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=300)
+        data = body if isinstance(body, (bytes, type(None))) else json.dumps(body).encode()
+        conn.request(method, path, body=data, headers={"Content-Type": "application/json",
+                                                        **(headers or {})})
+        r = conn.getresponse()
+        raw = r.read()
+        conn.close()
+        try:
+            return r.status, json.loads(raw)
+        except ValueError:
+            return r.status, raw
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            return self.proc.wait(timeout=30)
+        return self.proc.returncode
+
+
+class Reference:
+    """mlx_lm's greedy output for a chat or a raw prompt."""
+
+    def __init__(self):
+        from mlx_lm import load
+        self.model, self.tok = load(MODEL)
+
+    def prompt_ids(self, messages):
+        return self.tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+
+    def greedy(self, ids, max_tokens=MAX):
+        from mlx_lm.generate import stream_generate
+        toks = []
+        for r in stream_generate(self.model, self.tok, ids, max_tokens=max_tokens):
+            if r.token in self.tok.eos_token_ids:
+                break
+            toks.append(r.token)
+        return self.tok.decode(toks), toks
+
+
+def chat(q):
+    return [{"role": "user", "content": q}]
+
+
+class ServeTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.ref = Reference()
+        cls.server = Server("--max-tokens", str(MAX))
+        cls.oai = openai.OpenAI(base_url=cls.server.url + "/v1", api_key="none")
+        cls.claude = anthropic.Anthropic(base_url=cls.server.url, api_key="none")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.server.stop()
+
+    def test_health_and_models(self):
+        self.assertEqual(self.server.request("GET", "/health"), (200, {"status": "ok"}))
+        models = self.oai.models.list().data
+        self.assertEqual([m.id for m in models], [MODEL])
+
+    def test_completion_matches_mlx_lm(self):
+        golden = json.load(open(os.path.join(os.path.dirname(MODEL), "golden", "golden.json")))
+        case = golden["cases"][2]
+        want, _ = self.ref.greedy(self.ref.tok.encode(case["prompt"]), 8)
+        r = self.oai.completions.create(model=MODEL, prompt=case["prompt"], max_tokens=8,
+                                        temperature=0)
+        self.assertEqual(r.choices[0].text, want)
+        self.assertEqual(r.usage.prompt_tokens, len(self.ref.tok.encode(case["prompt"])))
+        self.assertEqual(r.usage.completion_tokens, 8)
+        self.assertEqual(r.choices[0].finish_reason, "length")
+        streamed = "".join(c.choices[0].text for c in self.oai.completions.create(
+            model=MODEL, prompt=case["prompt"], max_tokens=8, temperature=0, stream=True)
+            if c.choices)
+        self.assertEqual(streamed, want)
+
+    def test_chat_stream_and_non_stream_match_mlx_lm(self):
+        msgs = chat("What is the capital of France?")
+        want, toks = self.ref.greedy(self.ref.prompt_ids(msgs))
+        r = self.oai.chat.completions.create(model=MODEL, messages=msgs, temperature=0)
+        self.assertEqual(r.choices[0].message.content, want)
+        self.assertEqual(r.choices[0].message.role, "assistant")
+        self.assertEqual(r.usage.prompt_tokens, len(self.ref.prompt_ids(msgs)))
+        self.assertEqual(r.usage.completion_tokens, len(toks))
+        chunks = list(self.oai.chat.completions.create(
+            model=MODEL, messages=msgs, temperature=0, stream=True,
+            stream_options={"include_usage": True}))
+        text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        self.assertEqual(text, want)
+        finishes = [c.choices[0].finish_reason for c in chunks if c.choices]
+        self.assertEqual(finishes[-1], "length" if len(toks) == MAX else "stop")
+        self.assertEqual(chunks[-1].choices, [])
+        self.assertEqual(chunks[-1].usage.completion_tokens, len(toks))
+        # The same request again: its whole prompt but the last token comes from the cache.
+        self.assertGreater(chunks[-1].usage.prompt_tokens_details.cached_tokens, 0)
+
+    def test_stop_string_cuts_the_text(self):
+        msgs = chat("Name three colors.")
+        want, _ = self.ref.greedy(self.ref.prompt_ids(msgs), 12)
+        stop = want[len(want) // 2: len(want) // 2 + 3]
+        self.assertTrue(stop.strip(), want)
+        cut = want[:want.find(stop)]
+        for stream in (False, True):
+            r = self.oai.chat.completions.create(model=MODEL, messages=msgs, temperature=0,
+                                                 max_tokens=12, stop=[stop], stream=stream)
+            if stream:
+                chunks = list(r)
+                text = "".join(c.choices[0].delta.content or "" for c in chunks)
+                finish = chunks[-1].choices[0].finish_reason
+            else:
+                text, finish = r.choices[0].message.content or "", r.choices[0].finish_reason
+            self.assertEqual(text, cut, f"stream={stream} stop={stop!r}")
+            self.assertEqual(finish, "stop")
+
+    def test_logprobs_match_mlx_lm(self):
+        import mlx.core as mx
+        msgs = chat("Say hi.")
+        ids = self.ref.prompt_ids(msgs)
+        logits = self.ref.model(mx.array([ids]))[0, -1].astype(mx.float32)
+        lp = logits - mx.logsumexp(logits)
+        order = mx.argsort(-lp).tolist()[:3]
+        r = self.oai.chat.completions.create(model=MODEL, messages=msgs, temperature=0,
+                                             max_tokens=2, logprobs=True, top_logprobs=3)
+        first = r.choices[0].logprobs.content[0]
+        self.assertEqual([t.token for t in first.top_logprobs],
+                         [self.ref.tok.decode([i]) for i in order])
+        for t, i in zip(first.top_logprobs, order):
+            self.assertAlmostEqual(t.logprob, lp[i].item(), places=3)
+        self.assertEqual(first.token, first.top_logprobs[0].token)
+
+    def test_anthropic_messages(self):
+        msgs = chat("What is the capital of France?")
+        want, toks = self.ref.greedy(self.ref.prompt_ids(msgs))
+        m = self.claude.messages.create(model=MODEL, max_tokens=MAX, messages=msgs)
+        self.assertEqual(m.content[0].type, "text")
+        self.assertEqual(m.content[0].text, want)
+        self.assertEqual(m.stop_reason, "max_tokens" if len(toks) == MAX else "end_turn")
+        self.assertEqual(m.usage.output_tokens, len(toks))
+        with self.claude.messages.stream(model=MODEL, max_tokens=MAX, messages=msgs) as s:
+            text = "".join(s.text_stream)
+            final = s.get_final_message()
+        self.assertEqual(text, want)
+        self.assertEqual(final.stop_reason, m.stop_reason)
+        # The raw event grammar.
+        conn = http.client.HTTPConnection("127.0.0.1", self.server.port, timeout=300)
+        conn.request("POST", "/v1/messages", json.dumps(
+            {"model": MODEL, "max_tokens": 3, "messages": msgs, "stream": True}),
+            {"Content-Type": "application/json"})
+        events = [l[7:] for l in conn.getresponse().read().decode().splitlines()
+                  if l.startswith("event: ")]
+        self.assertEqual(events[0], "message_start")
+        self.assertEqual(events[1], "content_block_start")
+        self.assertEqual(events[-3:], ["content_block_stop", "message_delta", "message_stop"])
+        self.assertEqual(set(events[2:-3]), {"content_block_delta"})
+
+    def test_system_blocks_tools_and_tool_results_render(self):
+        sys_prompt = "You are terse."
+        msgs = [{"role": "user", "content": "Weather in Oslo?"}]
+        want, _ = self.ref.greedy(self.ref.prompt_ids(
+            [{"role": "system", "content": sys_prompt}] + msgs))
+        m = self.claude.messages.create(
+            model=MODEL, max_tokens=MAX, messages=msgs,
+            system=[{"type": "text", "text": sys_prompt}])
+        self.assertEqual(m.content[0].text, want)
+        tools = [{"type": "function", "function": {
+            "name": "weather", "description": "weather of a city",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]
+        history = msgs + [
+            {"role": "assistant", "content": None, "tool_calls": [
+                {"id": "c1", "type": "function",
+                 "function": {"name": "weather", "arguments": "{\"city\": \"Oslo\"}"}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "cold"}]
+        r = self.oai.chat.completions.create(model=MODEL, messages=history, tools=tools,
+                                             temperature=0)
+        self.assertIn(r.choices[0].finish_reason, ("stop", "length", "tool_calls"))
+        m = self.claude.messages.create(model=MODEL, max_tokens=MAX, messages=[
+            msgs[0],
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "weather",
+                                                "input": {"city": "Oslo"}}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1",
+                                           "content": "cold"}]}],
+            tools=[{"name": "weather", "input_schema": tools[0]["function"]["parameters"]}])
+        self.assertEqual(m.role, "assistant")
+
+    def test_errors(self):
+        body = {"model": MODEL, "messages": chat("x")}
+        s, e = self.server.request("POST", "/v1/chat/completions", {**body, "temperature": "hot"})
+        self.assertEqual((s, e["error"]["param"]), (400, "temperature"))
+        self.assertIn("temperature", e["error"]["message"])
+        for field, value in (("messages", []), ("top_p", 2), ("max_tokens", -1),
+                             ("logit_bias", {"999999": 1}), ("stop", 5)):
+            s, e = self.server.request("POST", "/v1/chat/completions", {**body, field: value})
+            self.assertEqual((s, e["error"]["param"]), (400, field), e)
+        s, e = self.server.request("POST", "/v1/chat/completions", b"{not json")
+        self.assertEqual(s, 400)
+        self.assertEqual(self.server.request("POST", "/v1/nothing", body)[0], 404)
+        s, e = self.server.request("POST", "/v1/chat/completions", {**body, "model": "gpt-9"})
+        self.assertEqual((s, e["error"]["param"], e["error"]["code"]),
+                         (404, "model", "model_not_found"))
+        s, e = self.server.request("POST", "/v1/completions",
+                                   {"prompt": "hi", "max_tokens": 10_000_000})
+        self.assertEqual((s, e["error"]["code"]), (400, "context_length_exceeded"))
+        with self.assertRaises(openai.BadRequestError) as cm:
+            self.oai.chat.completions.create(model=MODEL, messages=chat("x"),
+                                             extra_body={"top_k": -3})
+        self.assertEqual(cm.exception.body["param"], "top_k")
+        s, e = self.server.request("POST", "/v1/messages", {"messages": chat("x")})
+        self.assertEqual((s, e["type"], e["error"]["type"]), (400, "error", "invalid_request_error"))
+
+    def test_concurrent_clients_match_serial(self):
+        prompts = [f"Count to {i}." for i in range(16)]
+        ask = lambda p: self.oai.chat.completions.create(
+            model=MODEL, messages=chat(p), temperature=0, max_tokens=4).choices[0].message.content
+        serial = [ask(p) for p in prompts]
+        with ThreadPoolExecutor(16) as pool:
+            parallel = list(pool.map(ask, prompts))
+        self.assertEqual(parallel, serial)
+
+    def test_disconnect_cancels_generation(self):
+        conn = http.client.HTTPConnection("127.0.0.1", self.server.port, timeout=300)
+        conn.request("POST", "/v1/completions", json.dumps(
+            {"prompt": "Once upon a time", "max_tokens": 4000, "stream": True,
+             "ignore_eos": True}), {"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        resp.fp.readline()
+        conn.sock.shutdown(socket.SHUT_RDWR)
+        conn.close()
+        # 4000 tokens would take minutes; the next request runs as soon as the engine sees
+        # the closed connection.
+        t = time.time()
+        r = self.oai.completions.create(model=MODEL, prompt="Hi", max_tokens=1)
+        self.assertEqual(r.usage.completion_tokens, 1)
+        self.assertLess(time.time() - t, 60)
+
+
+class AuthAndLimitsTest(unittest.TestCase):
+    def test_api_key_body_limit_and_sigterm(self):
+        srv = Server("--api-key", "sekrit", "--max-body-bytes", "2000")
+        try:
+            body = {"prompt": "Hi", "max_tokens": 1}
+            s, e = srv.request("POST", "/v1/completions", body)
+            self.assertEqual((s, e["error"]["code"]), (401, "invalid_api_key"))
+            s, _ = srv.request("POST", "/v1/completions", body,
+                               {"Authorization": "Bearer wrong"})
+            self.assertEqual(s, 401)
+            s, _ = srv.request("POST", "/v1/completions", body, {"Authorization": "Bearer sekrit"})
+            self.assertEqual(s, 200)
+            client = openai.OpenAI(base_url=srv.url + "/v1", api_key="sekrit")
+            self.assertEqual(client.completions.create(model=MODEL, prompt="Hi", max_tokens=1)
+                             .usage.completion_tokens, 1)
+            s, e = srv.request("POST", "/v1/completions", {"prompt": "x" * 5000},
+                               {"Authorization": "Bearer sekrit"})
+            self.assertEqual(s, 413)
+        finally:
+            self.assertEqual(srv.stop(), 0)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
