@@ -51,10 +51,11 @@ SamplingRequest sampling(const ojson& b, const SamplingDefaults& d, const char* 
   g.kv_bits = d.kv_bits;
   g.kv_group_size = d.kv_group_size;
   g.quantized_kv_start = d.quantized_kv_start;
+  const char* max_field = max_key;
   std::optional<int> max = integer(b, max_key);
-  if (!max) max = integer(b, "max_tokens");
+  if (!max) max = integer(b, max_field = "max_tokens");
   g.max_tokens = max.value_or(d.max_tokens);
-  if (g.max_tokens < 0) bad_field(max ? max_key : "max_tokens", "must be >= 0");
+  if (g.max_tokens < 0) bad_field(max_field, "must be >= 0");
   g.sampler.temp = static_cast<float>(number(b, "temperature").value_or(d.temp));
   if (g.sampler.temp < 0) bad_field("temperature", "must be >= 0");
   g.sampler.top_p = static_cast<float>(number(b, "top_p").value_or(d.top_p));

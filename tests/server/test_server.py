@@ -38,7 +38,7 @@ class Server:
         self.port = free_port()
         self.proc = subprocess.Popen([BINARY, "serve", "--model", MODEL, "--port", str(self.port),
                                       "--log-level", "WARNING", *flags],
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         deadline = time.time() + 120
         while time.time() < deadline:
             if self.proc.poll() is not None:
@@ -70,7 +70,8 @@ class Server:
     def stop(self):
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
-            return self.proc.wait(timeout=30)
+            self.proc.wait(timeout=30)
+        self.proc.stderr.close()
         return self.proc.returncode
 
 
@@ -116,7 +117,8 @@ class ServeTest(unittest.TestCase):
         self.assertEqual([m.id for m in models], [MODEL])
 
     def test_completion_matches_mlx_lm(self):
-        golden = json.load(open(os.path.join(os.path.dirname(MODEL), "golden", "golden.json")))
+        with open(os.path.join(os.path.dirname(MODEL), "golden", "golden.json")) as f:
+            golden = json.load(f)
         case = golden["cases"][2]
         want, _ = self.ref.greedy(self.ref.tok.encode(case["prompt"]), 8)
         r = self.oai.completions.create(model=MODEL, prompt=case["prompt"], max_tokens=8,
@@ -204,6 +206,7 @@ class ServeTest(unittest.TestCase):
             {"Content-Type": "application/json"})
         events = [l[7:] for l in conn.getresponse().read().decode().splitlines()
                   if l.startswith("event: ")]
+        conn.close()
         self.assertEqual(events[0], "message_start")
         self.assertEqual(events[1], "content_block_start")
         self.assertEqual(events[-3:], ["content_block_stop", "message_delta", "message_stop"])

@@ -158,7 +158,7 @@ std::string bad_param(const std::string& body, bool chat = true) {
   return "(accepted)";
 }
 
-TEST(Requests, ErrorsNameTheField) {
+TEST(ServerRequests, ErrorsNameTheField) {
   const std::string msgs = R"("messages": [{"role": "user", "content": "hi"}])";
   EXPECT_EQ(bad_param("[1]"), "");
   EXPECT_EQ(bad_param("{\"messages\": []}"), "messages");
@@ -179,7 +179,7 @@ TEST(Requests, ErrorsNameTheField) {
   EXPECT_EQ(bad_param("{" + msgs + R"(, "max_tokens": 3, "stop": "x"})"), "(accepted)");
 }
 
-TEST(Requests, FieldsReachTheOptions) {
+TEST(ServerRequests, FieldsReachTheOptions) {
   const ChatRequest r = parse_chat_request(
       parse_body(R"({"messages": [{"role": "user", "content": [{"type": "text", "text": "a"},
         {"type": "text", "text": "b"}]}, {"role": "assistant", "content": null, "tool_calls":
@@ -204,7 +204,7 @@ TEST(Requests, FieldsReachTheOptions) {
   EXPECT_EQ(r.messages[1]["tool_calls"][0]["function"]["arguments"]["z"], 1);
 }
 
-TEST(Requests, AnthropicToOpenAIMessages) {
+TEST(ServerRequests, AnthropicToOpenAIMessages) {
   const ChatRequest r = parse_anthropic_request(
       parse_body(R"({"max_tokens": 5, "system": [{"type": "text", "text": "be brief"}],
         "stop_sequences": ["END"], "messages": [{"role": "user", "content": "weather?"},
@@ -241,7 +241,7 @@ lmx::Cache cache_of(int n) {
   return c;
 }
 
-TEST(PromptCache, LongestCommonPrefixTrimmedAndKeyed) {
+TEST(ServerPromptCache, LongestCommonPrefixTrimmedAndKeyed) {
   PromptCacheLRU lru(10, std::nullopt);
   lru.put("m", {1, 2, 3, 4, 5}, cache_of(5));
   lru.put("m", {1, 2, 9}, cache_of(3));
@@ -260,7 +260,7 @@ TEST(PromptCache, LongestCommonPrefixTrimmedAndKeyed) {
   EXPECT_FALSE(lru.take("nobody", {1, 2, 3}));
 }
 
-TEST(PromptCache, EvictsLeastRecentlyUsedPastTheByteCap) {
+TEST(ServerPromptCache, EvictsLeastRecentlyUsedPastTheByteCap) {
   const size_t one = lmx::server::cache_bytes(cache_of(3));
   PromptCacheLRU lru(10, one * 2);
   lru.put("m", {1, 1, 1}, cache_of(3));
