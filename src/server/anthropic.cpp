@@ -116,8 +116,7 @@ void handle_messages(const Context& ctx, const httplib::Request& req, httplib::R
                   {"model", ctx.model_id}, {"content", content}, {"stop_reason", stop_reason(s)}};
     body["stop_sequence"] = nullptr;
     body["usage"] = usage(s, n_prompt);
-    res.set_content(body.dump(-1, ' ', false, ojson::error_handler_t::replace),
-                    "application/json");
+    send_json(res, body);
     return;
   }
   auto job = p.job;

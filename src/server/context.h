@@ -9,6 +9,7 @@
 #include <string>
 
 #include "chat/chat_template.h"
+#include "server/api_error.h"
 #include "server/engine.h"
 #include "server/pipeline.h"
 #include "server/requests.h"
@@ -41,6 +42,10 @@ void check_model(const Context& ctx, const std::string& model);
 std::string new_id(const std::string& prefix);
 std::string token_text(const Context& ctx, int id);
 bool write_sse(httplib::DataSink& sink, const ojson& data, const std::string& event = "");
+// A failure after the stream started: one error event, then the end of the stream.
+void write_stream_error(httplib::DataSink& sink, const ApiError& e);
+// A JSON body; invalid UTF-8 in generated text is replaced, never an exception.
+void send_json(httplib::Response& res, const ojson& body);
 
 void handle_chat(const Context& ctx, const httplib::Request& req, httplib::Response& res);
 void handle_completion(const Context& ctx, const httplib::Request& req, httplib::Response& res);

@@ -61,6 +61,20 @@ ojson chunk_base(const Context& ctx, const std::string& id, const char* object) 
           {"system_fingerprint", "lmx-" + std::string(LMX_VERSION)}};
 }
 
+// The end of an OpenAI stream: the usage chunk when asked for, then [DONE].
+void finish_stream(const Context& ctx, httplib::DataSink& sink, const std::string& id,
+                   const char* object, const RunSummary& s, size_t n_prompt, bool include_usage) {
+  if (include_usage) {
+    ojson u = chunk_base(ctx, id, object);
+    u["choices"] = ojson::array();
+    u["usage"] = usage(s, n_prompt);
+    write_sse(sink, u);
+  }
+  const std::string done = "data: [DONE]\n\n";
+  sink.write(done.data(), done.size());
+  sink.done();
+}
+
 }  // namespace
 
 void handle_chat(const Context& ctx, const httplib::Request& req, httplib::Response& res) {
@@ -90,8 +104,7 @@ void handle_chat(const Context& ctx, const httplib::Request& req, httplib::Respo
     ojson body = chunk_base(ctx, id, "chat.completion");
     body["choices"] = ojson::array({choice});
     body["usage"] = usage(s, n_prompt);
-    res.set_content(body.dump(-1, ' ', false, ojson::error_handler_t::replace),
-                    "application/json");
+    send_json(res, body);
     return;
   }
   auto job = p.job;
@@ -129,21 +142,12 @@ void handle_chat(const Context& ctx, const httplib::Request& req, httplib::Respo
             return chunk(delta, nullptr, want_logprobs ? chat_logprobs(ctx, d.tokens) : nullptr);
           });
         } catch (const ApiError& e) {
-          write_sse(sink, {{"error", {{"message", e.what()}, {"type", e.type}}}});
-          sink.done();
+          write_stream_error(sink, e);
           return true;
         }
         if (s.finish_reason == "cancelled") return false;
         chunk(ojson::object(), s.finish_reason, nullptr);
-        if (include_usage) {
-          ojson u = chunk_base(ctx, id, "chat.completion.chunk");
-          u["choices"] = ojson::array();
-          u["usage"] = usage(s, n_prompt);
-          write_sse(sink, u);
-        }
-        const std::string done = "data: [DONE]\n\n";
-        sink.write(done.data(), done.size());
-        sink.done();
+        finish_stream(ctx, sink, id, "chat.completion.chunk", s, n_prompt, include_usage);
         return true;
       });
 }
@@ -203,8 +207,7 @@ void handle_completion(const Context& ctx, const httplib::Request& req, httplib:
     ojson body = chunk_base(ctx, id, "text_completion");
     body["choices"] = ojson::array({choice});
     body["usage"] = usage(s, n_prompt);
-    res.set_content(body.dump(-1, ' ', false, ojson::error_handler_t::replace),
-                    "application/json");
+    send_json(res, body);
     return;
   }
   const bool include_usage = r.s.include_usage;
@@ -235,21 +238,12 @@ void handle_completion(const Context& ctx, const httplib::Request& req, httplib:
             return chunk(d.content, nullptr, lp);
           });
         } catch (const ApiError& e) {
-          write_sse(sink, {{"error", {{"message", e.what()}, {"type", e.type}}}});
-          sink.done();
+          write_stream_error(sink, e);
           return true;
         }
         if (s.finish_reason == "cancelled") return false;
         chunk("", s.finish_reason, nullptr);
-        if (include_usage) {
-          ojson u = chunk_base(ctx, id, "text_completion");
-          u["choices"] = ojson::array();
-          u["usage"] = usage(s, n_prompt);
-          write_sse(sink, u);
-        }
-        const std::string done = "data: [DONE]\n\n";
-        sink.write(done.data(), done.size());
-        sink.done();
+        finish_stream(ctx, sink, id, "text_completion", s, n_prompt, include_usage);
         return true;
       });
 }

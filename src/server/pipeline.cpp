@@ -28,10 +28,20 @@ void OutputPipeline::route(Delta& d, std::vector<Segment> segs) {
       for (auto& c : calls) d.tool_calls.push_back(std::move(c));
     } else {
       std::string& t = s.text;
-      if (o_.parse_tools && o_.tool_format == ToolFormat::kLlama3 && !any_content_) {
+      if (o_.parse_tools && o_.tool_format == ToolFormat::kLlama3 && !any_content_ &&
+          !bare_json_) {
+        // Leading whitespace waits until the first visible character says JSON or text.
         size_t i = 0;
         while (i < t.size() && std::isspace(static_cast<unsigned char>(t[i]))) ++i;
-        if (i < t.size()) bare_json_ = t[i] == '{';
+        if (i == t.size()) {
+          bare_ += t;
+          continue;
+        }
+        bare_json_ = t[i] == '{';
+        if (!bare_json_) {
+          t = bare_ + t;
+          bare_.clear();
+        }
       }
       if (bare_json_) {
         bare_ += t;
@@ -64,8 +74,8 @@ Delta OutputPipeline::flush() {
   }
   route(d, splitter_->push(text));
   route(d, splitter_->flush());
-  if (bare_json_) {
-    auto calls = parse_bare_json_call(bare_);
+  if (!bare_.empty()) {
+    auto calls = bare_json_ ? parse_bare_json_call(bare_) : std::vector<ToolCall>{};
     if (calls.empty()) d.content += bare_;
     for (auto& c : calls) d.tool_calls.push_back(std::move(c));
     bare_.clear();

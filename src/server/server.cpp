@@ -100,6 +100,15 @@ bool write_sse(httplib::DataSink& sink, const ojson& data, const std::string& ev
   return sink.write(s.data(), s.size());
 }
 
+void write_stream_error(httplib::DataSink& sink, const ApiError& e) {
+  write_sse(sink, {{"error", {{"message", e.what()}, {"type", e.type}}}});
+  sink.done();
+}
+
+void send_json(httplib::Response& res, const ojson& body) {
+  res.set_content(body.dump(-1, ' ', false, ojson::error_handler_t::replace), "application/json");
+}
+
 namespace {
 
 ojson error_body(const ApiError& e) {
@@ -121,7 +130,7 @@ void send_error(const httplib::Request& req, httplib::Response& res, const ApiEr
                                                : "invalid_request_error";
     body = {{"type", "error"}, {"error", {{"type", type}, {"message", e.what()}}}};
   }
-  res.set_content(body.dump(), "application/json");
+  send_json(res, body);
 }
 
 void log(const Context& ctx, const char* level, const std::string& msg) {
@@ -210,11 +219,19 @@ int serve(const ServerOptions& o) {
   http.Get("/health", [](const httplib::Request&, httplib::Response& res) {
     res.set_content(R"({"status":"ok"})", "application/json");
   });
-  http.Get("/v1/models", [&ctx](const httplib::Request&, httplib::Response& res) {
-    ojson m = {{"id", ctx.model_id}, {"object", "model"}, {"created", ctx.created},
-               {"owned_by", "lmx"}};
-    res.set_content(ojson({{"object", "list"}, {"data", ojson::array({m})}}).dump(),
-                    "application/json");
+  const ojson model_card = {{"id", ctx.model_id}, {"object", "model"}, {"created", ctx.created},
+                            {"owned_by", "lmx"}};
+  http.Get("/v1/models", [model_card](const httplib::Request&, httplib::Response& res) {
+    send_json(res, {{"object", "list"}, {"data", ojson::array({model_card})}});
+  });
+  http.Get(R"(/v1/models/(.+))", [&ctx, model_card](const httplib::Request& req,
+                                                     httplib::Response& res) {
+    try {
+      check_model(ctx, req.matches[1]);
+      send_json(res, model_card);
+    } catch (const ApiError& e) {
+      send_error(req, res, e);
+    }
   });
   http.Post("/v1/chat/completions", guarded(ctx, handle_chat));
   http.Post("/chat/completions", guarded(ctx, handle_chat));

@@ -115,6 +115,9 @@ class ServeTest(unittest.TestCase):
         self.assertEqual(self.server.request("GET", "/health"), (200, {"status": "ok"}))
         models = self.oai.models.list().data
         self.assertEqual([m.id for m in models], [MODEL])
+        self.assertEqual(self.oai.models.retrieve(MODEL).id, MODEL)
+        with self.assertRaises(openai.NotFoundError):
+            self.oai.models.retrieve("no-such-model")
 
     def test_completion_matches_mlx_lm(self):
         with open(os.path.join(os.path.dirname(MODEL), "golden", "golden.json")) as f:

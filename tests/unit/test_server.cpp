@@ -10,6 +10,7 @@
 
 #include "cache/kv_cache.h"
 #include "server/api_error.h"
+#include "server/pipeline.h"
 #include "server/prompt_cache_lru.h"
 #include "server/requests.h"
 #include "server/text_stream.h"
@@ -142,6 +143,59 @@ TEST(ToolCalls, Llama3BareJsonAndParameters) {
   EXPECT_EQ(calls[0].arguments, R"({"x":[1,2]})");
   EXPECT_TRUE(parse_bare_json_call(R"({"answer": 42})").empty());
   EXPECT_TRUE(parse_bare_json_call("The answer is {").empty());
+}
+
+// Runs text through an OutputPipeline in pieces of `step` bytes and joins the deltas.
+Delta pipe(PipelineOptions o, const std::string& text, size_t step) {
+  OutputPipeline p(std::move(o));
+  Delta all;
+  auto add = [&](Delta d) {
+    all.content += d.content;
+    all.reasoning += d.reasoning;
+    for (auto& c : d.tool_calls) all.tool_calls.push_back(c);
+  };
+  for (size_t i = 0; i < text.size(); i += step) add(p.push(TokenEvent{1, text.substr(i, step), 0, {}}));
+  add(p.flush());
+  return all;
+}
+
+TEST(OutputPipeline, ToolCallsReasoningAndStopsTogether) {
+  PipelineOptions o;
+  o.tool_format = ToolFormat::kHermes;
+  o.parse_tools = true;
+  o.split_reasoning = true;
+  o.stop = {"<|eot|>"};
+  const std::string text =
+      "<think>need weather</think>Checking.<tool_call>\n{\"name\": \"weather\", "
+      "\"arguments\": {\"city\": \"Oslo\"}}\n</tool_call><|eot|>ignored";
+  for (size_t step = 1; step <= text.size(); step += 3) {
+    Delta d = pipe(o, text, step);
+    EXPECT_EQ(d.reasoning, "need weather");
+    EXPECT_EQ(d.content, "Checking.");
+    ASSERT_EQ(d.tool_calls.size(), 1u) << "step " << step;
+    EXPECT_EQ(d.tool_calls[0].name, "weather");
+    EXPECT_EQ(d.tool_calls[0].arguments, R"({"city":"Oslo"})");
+  }
+  // Without tools offered the block is plain text; a malformed block stays text too.
+  o.parse_tools = false;
+  EXPECT_TRUE(pipe(o, text, 4).tool_calls.empty());
+  o.parse_tools = true;
+  Delta bad = pipe(o, "a<tool_call>{oops</tool_call>", 2);
+  EXPECT_TRUE(bad.tool_calls.empty());
+  EXPECT_EQ(bad.content, "a<tool_call>{oops</tool_call>");
+}
+
+TEST(OutputPipeline, Llama3BareJsonOutputIsAToolCall) {
+  PipelineOptions o;
+  o.tool_format = ToolFormat::kLlama3;
+  o.parse_tools = true;
+  Delta d = pipe(o, R"(  {"name": "f", "parameters": {"x": 1}})", 1);
+  ASSERT_EQ(d.tool_calls.size(), 1u);
+  EXPECT_EQ(d.tool_calls[0].name, "f");
+  EXPECT_EQ(d.content, "");
+  d = pipe(o, "Plain {answer}", 3);
+  EXPECT_TRUE(d.tool_calls.empty());
+  EXPECT_EQ(d.content, "Plain {answer}");
 }
 
 std::string bad_param(const std::string& body, bool chat = true) {
