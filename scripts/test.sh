@@ -35,6 +35,8 @@ step "lmx serve fixtures (mlx_lm's tool-call parsers)"
 step "default model (SmolLM2-135M-Instruct 4-bit) and mlx-lm golden outputs"
 model="$(scripts/prepare_default_model.sh "$root/build/lmx" "$data/smollm2-135m-instruct-4bit")"
 "$py" scripts/gen_golden.py "$model" "$data/golden"
+step "chat templates rendered by transformers' apply_chat_template"
+"$py" scripts/gen_template_fixtures.py "$data/templates" --cache "$root/.cache" --model-dir "$model"
 step "ctest"
 cd build
 ctest --output-on-failure -j1 "$@"

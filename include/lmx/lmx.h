@@ -104,8 +104,31 @@ class LanguageModel {
   struct Impl;
 
  private:
+  friend class Session;
   explicit LanguageModel(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
+};
+
+// Generation that keeps its KV cache between calls, for multi-turn chat: each call reuses the
+// longest prefix its prompt shares with the tokens already cached (the earlier turns and the
+// answers generated to them) and prefills only the rest.
+class Session {
+ public:
+  explicit Session(LanguageModel& model);
+  ~Session();
+  Session(Session&&) noexcept;
+  Session& operator=(Session&&) noexcept;
+
+  // Like LanguageModel::generate; `prompt` is the whole context (e.g. the rendered conversation).
+  GenerationStats generate(const std::vector<int>& prompt, const GenerateOptions& options,
+                           const std::function<bool(const TokenOutput&)>& on_token);
+  int cached_tokens() const;  // tokens whose keys and values the cache holds now
+  int reused_tokens() const;  // prompt tokens the last generate() took from the cache
+  void reset();               // drop the cache
+
+ private:
+  struct State;
+  std::unique_ptr<State> s_;
 };
 
 }  // namespace lmx

@@ -29,6 +29,10 @@ Value global(const std::string& name);
 // Python's `a % b` on strings (printf-style formatting), used by the `%` operator and `format`.
 std::string percent_format(const std::string& fmt, const Value& args);
 
+// `s.name(args)` for Python's str methods (strip, split, startswith, format, ...).
+bool is_str_method(const std::string& name);
+Value str_method(const std::string& s, const std::string& name, const CallArgs& args);
+
 // Python str methods on code points and with Python's whitespace set.
 std::string py_strip(const std::string& s, const Value* chars, bool left, bool right);
 std::string py_upper(const std::string& s);

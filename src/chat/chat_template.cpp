@@ -38,7 +38,8 @@ json read_json(const std::filesystem::path& p) {
   }
 }
 
-std::shared_ptr<const CompiledTemplate> compile(const std::string& source, const std::string& origin) {
+std::shared_ptr<const CompiledTemplate> compile(const std::string& source,
+                                                const std::string& origin) {
   auto t = std::make_shared<CompiledTemplate>();
   try {
     t->body = parse(source);
@@ -84,7 +85,8 @@ Value prepare_messages(const json& messages) {
 
 }  // namespace
 
-ChatTemplate ChatTemplate::from_source(std::string source, std::string bos_token, std::string eos_token) {
+ChatTemplate ChatTemplate::from_source(std::string source, std::string bos_token,
+                                       std::string eos_token) {
   ChatTemplate t;
   t.origin_ = "template";
   t.templates_.emplace_back("default", compile(source, t.origin_));
@@ -114,13 +116,16 @@ ChatTemplate ChatTemplate::from_model_dir(const std::filesystem::path& dir) {
       t.templates_.emplace_back("default", compile(ct.get<std::string>(), t.origin_));
     } else if (ct.is_array()) {
       for (const auto& e : ct) {
-        check(e.is_object() && e.contains("name") && e.contains("template") && e["template"].is_string(),
+        check(e.is_object() && e.contains("name") && e.contains("template") &&
+                  e["template"].is_string(),
               kWhere, config_path.string(), ": chat_template entries must be {name, template}");
         const std::string name = e["name"].get<std::string>();
-        t.templates_.emplace_back(name, compile(e["template"].get<std::string>(), t.origin_ + " (" + name + ")"));
+        t.templates_.emplace_back(
+            name, compile(e["template"].get<std::string>(), t.origin_ + " (" + name + ")"));
       }
     } else {
-      fail(kWhere, config_path.string(), ": chat_template must be a string or a list, got ", ct.type_name());
+      fail(kWhere, config_path.string(), ": chat_template must be a string or a list, got ",
+           ct.type_name());
     }
   } else if (std::filesystem::exists(json_path)) {
     t.origin_ = json_path.string();
@@ -130,7 +135,8 @@ ChatTemplate ChatTemplate::from_model_dir(const std::filesystem::path& dir) {
     t.templates_.emplace_back("default", compile(j["chat_template"].get<std::string>(), t.origin_));
   } else {
     fail(kWhere, "no chat template in ", dir.string(),
-         ": expected tokenizer_config.json 'chat_template', chat_template.jinja or chat_template.json "
+         ": expected tokenizer_config.json 'chat_template', chat_template.jinja or "
+         "chat_template.json "
          "(or pass --chat-template)");
   }
   return t;
@@ -152,37 +158,43 @@ std::string ChatTemplate::render(const json& messages, const TemplateOptions& op
       if (n == name) return c.get();
     return nullptr;
   };
-  if (templates_.size() == 1) chosen = templates_[0].second.get();
-  else if (options.tools && find("tool_use")) chosen = find("tool_use");
-  else chosen = find("default");
+  if (templates_.size() == 1)
+    chosen = templates_[0].second.get();
+  else if (options.tools && find("tool_use"))
+    chosen = find("tool_use");
+  else
+    chosen = find("default");
   check(chosen != nullptr, kWhere, origin_, ": no 'default' template among the named templates");
 
-  Dict vars;
-  vars.set("messages", prepare_messages(messages));
-  vars.set("tools", options.tools ? from_json(*options.tools) : Value::none());
-  vars.set("documents", Value::none());
-  vars.set("add_generation_prompt", Value::boolean(options.add_generation_prompt));
-  for (const auto& [name, text] : special_) vars.set(name, Value::string(text));
-  if (!options.kwargs.is_null()) {
-    check(options.kwargs.is_object(), kWhere, "chat template kwargs must be an object, got ",
-          options.kwargs.type_name());
-    for (const auto& [k, v] : options.kwargs.items()) vars.set(k, from_json(v));
-  }
   try {
+    Dict vars;
+    vars.set("messages", prepare_messages(messages));
+    vars.set("tools", options.tools ? from_json(*options.tools) : Value::none());
+    vars.set("documents", Value::none());
+    vars.set("add_generation_prompt", Value::boolean(options.add_generation_prompt));
+    for (const auto& [name, text] : special_) vars.set(name, Value::string(text));
+    if (!options.kwargs.is_null()) {
+      check(options.kwargs.is_object(), kWhere, "chat template kwargs must be an object, got ",
+            options.kwargs.type_name());
+      for (const auto& [k, v] : options.kwargs.items()) vars.set(k, from_json(v));
+    }
     return chat::render(chosen->body, vars);
   } catch (const TemplateError& e) {
+    if (e.line == 0) fail(kWhere, origin_, ": ", e.what());
     fail(kWhere, origin_, " line ", e.line, ": ", e.what());
   }
 }
 
 std::string read_chat_template_arg(const std::string& arg) {
   std::error_code ec;
-  if (arg.size() < 4096 && arg.find('\n') == std::string::npos && std::filesystem::is_regular_file(arg, ec))
+  if (arg.size() < 4096 && arg.find('\n') == std::string::npos &&
+      std::filesystem::is_regular_file(arg, ec))
     return read_text(arg);
   return arg;
 }
 
-ChatTemplate load_chat_template(const std::filesystem::path& model_dir, const std::string& override_arg) {
+ChatTemplate load_chat_template(const std::filesystem::path& model_dir,
+                                const std::string& override_arg) {
   if (override_arg.empty()) return ChatTemplate::from_model_dir(model_dir);
   ChatTemplate base;
   try {

@@ -21,14 +21,16 @@ using json = ojson;
 
 struct TemplateOptions {
   bool add_generation_prompt = true;
-  std::optional<json> tools;     // OpenAI-style tools array, passed to the template as `tools`
-  json kwargs = json::object();  // chat_template_kwargs / --chat-template-args: enable_thinking, ...
+  std::optional<json> tools;  // OpenAI-style tools array, passed to the template as `tools`
+  json kwargs =
+      json::object();  // chat_template_kwargs / --chat-template-args: enable_thinking, ...
 };
 
 struct CompiledTemplate;
 
 class ChatTemplate;
-ChatTemplate load_chat_template(const std::filesystem::path& model_dir, const std::string& override_arg);
+ChatTemplate load_chat_template(const std::filesystem::path& model_dir,
+                                const std::string& override_arg);
 
 class ChatTemplate {
  public:
@@ -50,7 +52,9 @@ class ChatTemplate {
   // The same template with another source (--chat-template), keeping the special tokens.
   ChatTemplate with_source(std::string source, std::string origin = "--chat-template") const;
 
-  const std::vector<std::pair<std::string, std::string>>& special_tokens() const { return special_; }
+  const std::vector<std::pair<std::string, std::string>>& special_tokens() const {
+    return special_;
+  }
 
  private:
   friend ChatTemplate load_chat_template(const std::filesystem::path&, const std::string&);

@@ -68,7 +68,13 @@ Value modulo(const Value& a, const Value& b) {
                       type_name(b) + "'");
 }
 
+constexpr size_t kMaxOutput = size_t{1}
+                              << 28;  // 256 MiB: a runaway template errors, never exhausts memory
+
 Value repeat(const Value& seq, int64_t n) {
+  const size_t unit = seq.is_string() ? seq.s.size() : seq.list->size() * 16;
+  if (n > 0 && unit > 0 && static_cast<size_t>(n) > kMaxOutput / unit)
+    throw TemplateError("repetition result too large");
   if (seq.is_string()) {
     std::string out;
     for (int64_t k = 0; k < n; ++k) out += seq.s;
@@ -79,6 +85,16 @@ Value repeat(const Value& seq, int64_t n) {
   return Value::make_list(std::move(out));
 }
 
+// Python ints are unbounded; lmx's are int64 and say so instead of wrapping.
+Value int_op(char op, int64_t x, int64_t y) {
+  int64_t r = 0;
+  const bool overflow = op == '+'   ? __builtin_add_overflow(x, y, &r)
+                        : op == '-' ? __builtin_sub_overflow(x, y, &r)
+                                    : __builtin_mul_overflow(x, y, &r);
+  if (overflow) throw TemplateError("integer overflow (lmx's template integers are 64-bit)");
+  return Value::integer(r);
+}
+
 Value arith(const std::string& op, const Value& a, const Value& b, bool rhs_is_tuple) {
   if (op == "~") return Value::string(to_str(a) + to_str(b));
   if (a.is_undefined()) undefined_error(a);
@@ -86,17 +102,27 @@ Value arith(const std::string& op, const Value& a, const Value& b, bool rhs_is_t
   const bool nums = a.is_number() && b.is_number();
   const bool floats = nums && (a.kind == Value::Kind::Float || b.kind == Value::Kind::Float);
   if (op == "+") {
-    if (a.is_string() && b.is_string()) return Value::string(a.s + b.s);
+    if (a.is_string() && b.is_string()) {
+      if (!a.markup && !b.markup) return Value::string(a.s + b.s);
+      return Value::make_markup((a.markup ? a.s : html_escape(a.s)) +
+                                (b.markup ? b.s : html_escape(b.s)));
+    }
     if (a.is_list() && b.is_list()) {
       List out = *a.list;
       out.insert(out.end(), b.list->begin(), b.list->end());
       return Value::make_list(std::move(out));
     }
-    if (nums) return floats ? Value::number(a.as_double() + b.as_double()) : Value::integer(a.as_int() + b.as_int());
+    if (nums)
+      return floats ? Value::number(a.as_double() + b.as_double())
+                    : int_op('+', a.as_int(), b.as_int());
   } else if (op == "-") {
-    if (nums) return floats ? Value::number(a.as_double() - b.as_double()) : Value::integer(a.as_int() - b.as_int());
+    if (nums)
+      return floats ? Value::number(a.as_double() - b.as_double())
+                    : int_op('-', a.as_int(), b.as_int());
   } else if (op == "*") {
-    if (nums) return floats ? Value::number(a.as_double() * b.as_double()) : Value::integer(a.as_int() * b.as_int());
+    if (nums)
+      return floats ? Value::number(a.as_double() * b.as_double())
+                    : int_op('*', a.as_int(), b.as_int());
     if ((a.is_string() || a.is_list()) && b.is_int()) return repeat(a, b.as_int());
     if (a.is_int() && (b.is_string() || b.is_list())) return repeat(b, a.as_int());
   } else if (op == "/") {
@@ -107,14 +133,16 @@ Value arith(const std::string& op, const Value& a, const Value& b, bool rhs_is_t
   } else if (op == "//") {
     if (nums) return floor_div(a, b);
   } else if (op == "%") {
-    if (a.is_string()) return Value::string(percent_format(a.s, rhs_is_tuple || !b.is_list() ? b : Value::make_list({b})));
+    if (a.is_string())
+      return Value::string(
+          percent_format(a.s, rhs_is_tuple || !b.is_list() ? b : Value::make_list({b})));
     if (nums) return modulo(a, b);
   } else if (op == "**") {
     if (nums) {
       if (!floats && b.as_int() >= 0) {
-        int64_t r = 1;
-        for (int64_t k = 0; k < b.as_int(); ++k) r *= a.as_int();
-        return Value::integer(r);
+        Value p = Value::integer(1);
+        for (int64_t k = 0; k < b.as_int(); ++k) p = int_op('*', p.i, a.as_int());
+        return p;
       }
       return Value::number(std::pow(a.as_double(), b.as_double()));
     }
@@ -152,21 +180,28 @@ class Renderer {
 
  private:
   Flow exec_one(const Stmt& s, const ScopePtr& scope, std::string& out) {
+    if (out.size() > kMaxOutput) throw TemplateError("rendered output exceeds 256 MiB");
     switch (s.kind) {
-      case Stmt::Kind::Text: out += s.text; break;
-      case Stmt::Kind::Output: out += to_str(eval(*s.expr, scope)); break;
+      case Stmt::Kind::Text:
+        out += s.text;
+        break;
+      case Stmt::Kind::Output:
+        out += to_str(eval(*s.expr, scope));
+        break;
       case Stmt::Kind::If:
         for (size_t k = 0; k < s.conds.size(); ++k)
           if (truthy(eval(*s.conds[k], scope))) return exec(s.bodies[k], scope, out);
         return exec(s.else_body, scope, out);
-      case Stmt::Kind::For: return exec_for(s, scope, out);
+      case Stmt::Kind::For:
+        return exec_for(s, scope, out);
       case Stmt::Kind::Set:
         if (s.target) {
           const Value ns = eval(*s.target->items[0], scope);
           if (!ns.is_dict() || !ns.dict->is_namespace)
             throw TemplateError("cannot assign attribute on non-namespace object");
           if (!s.target->name.empty() && s.target->name[0] == '_')
-            throw TemplateError("Chat templates cannot store underscore-prefixed attributes on a namespace");
+            throw TemplateError(
+                "Chat templates cannot store underscore-prefixed attributes on a namespace");
           ns.dict->set(s.target->name, eval(*s.expr, scope));
         } else {
           assign(s.targets, eval(*s.expr, scope), *scope, s.expr->kind == Expr::Kind::Tuple);
@@ -180,7 +215,9 @@ class Renderer {
         scope->vars[s.targets[0]] = v;
         break;
       }
-      case Stmt::Kind::Macro: scope->vars[s.text] = make_macro(s, scope, s.text); break;
+      case Stmt::Kind::Macro:
+        scope->vars[s.text] = make_macro(s, scope, s.text);
+        break;
       case Stmt::Kind::CallBlock: {
         const Value caller = make_macro(s, scope, "caller");
         out += to_str(call(*s.expr, scope, &caller));
@@ -193,8 +230,10 @@ class Renderer {
         out += to_str(eval_filter(*s.expr, scope, &v));
         break;
       }
-      case Stmt::Kind::Break: return Flow::Break;
-      case Stmt::Kind::Continue: return Flow::Continue;
+      case Stmt::Kind::Break:
+        return Flow::Break;
+      case Stmt::Kind::Continue:
+        return Flow::Continue;
       case Stmt::Kind::Scope: {
         if (s.text != "with") return exec(s.body, scope, out);
         ScopePtr inner = child(scope);
@@ -247,9 +286,9 @@ class Renderer {
       d.set("previtem", k > 0 ? items[k - 1] : Value::undefined("there is no previous item"));
       d.set("nextitem", k + 1 < n ? items[k + 1] : Value::undefined("there is no next item"));
       d.set("cycle", Value::function("cycle", [k](const CallArgs& a) {
-        if (a.positional.empty()) throw TemplateError("no items for cycling given");
-        return a.positional[static_cast<size_t>(k) % a.positional.size()];
-      }));
+              if (a.positional.empty()) throw TemplateError("no items for cycling given");
+              return a.positional[static_cast<size_t>(k) % a.positional.size()];
+            }));
       iter->vars["loop"] = loop;
       if (exec(s.body, iter, out) == Flow::Break) break;
     }
@@ -264,20 +303,24 @@ class Renderer {
       List varargs;
       Value kwargs = Value::make_dict();
       for (size_t k = 0; k < a.positional.size(); ++k) {
-        if (k < st->params.size()) scope->vars[st->params[k].name] = a.positional[k];
-        else varargs.push_back(a.positional[k]);
+        if (k < st->params.size())
+          scope->vars[st->params[k].name] = a.positional[k];
+        else
+          varargs.push_back(a.positional[k]);
       }
       for (const auto& [key, v] : a.keyword) {
         const bool is_param = std::any_of(st->params.begin(), st->params.end(),
                                           [&](const MacroParam& p) { return p.name == key; });
-        if (is_param || key == "caller") scope->vars[key] = v;
-        else kwargs.dict->set(key, v);
+        if (is_param || key == "caller")
+          scope->vars[key] = v;
+        else
+          kwargs.dict->set(key, v);
       }
       for (const auto& p : st->params)
         if (!scope->vars.count(p.name))
           scope->vars[p.name] = p.default_value ? eval(*p.default_value, scope)
                                                 : Value::undefined("'" + p.name + "' is undefined");
-      scope->vars["varargs"] = Value::make_list(std::move(varargs));
+      scope->vars["varargs"] = Value::make_tuple(std::move(varargs));
       scope->vars["kwargs"] = kwargs;
       std::string out;
       exec(st->body, scope, out);
@@ -291,8 +334,16 @@ class Renderer {
   CallArgs eval_args(const std::vector<Arg>& args, const ScopePtr& scope) {
     CallArgs out;
     for (const auto& a : args) {
-      if (a.name.empty()) out.positional.push_back(eval(*a.value, scope));
-      else out.keyword.emplace_back(a.name, eval(*a.value, scope));
+      if (a.name == "*") {
+        for (auto& v : iterate(eval(*a.value, scope))) out.positional.push_back(std::move(v));
+      } else if (a.name == "**") {
+        const Value d = eval(*a.value, scope);
+        if (!d.is_dict()) throw TemplateError("argument after ** must be a mapping");
+        for (const auto& [k, v] : d.dict->entries) out.keyword.emplace_back(k, v);
+      } else if (a.name.empty())
+        out.positional.push_back(eval(*a.value, scope));
+      else
+        out.keyword.emplace_back(a.name, eval(*a.value, scope));
     }
     return out;
   }
@@ -302,21 +353,26 @@ class Renderer {
     CallArgs args = eval_args(e.args, scope);
     if (caller) args.keyword.emplace_back("caller", *caller);
     if (fn.is_undefined()) undefined_error(fn);
-    if (!fn.is_callable()) throw TemplateError(std::string("'") + type_name(fn) + "' object is not callable");
+    if (!fn.is_callable())
+      throw TemplateError(std::string("'") + type_name(fn) + "' object is not callable");
     return fn.fn->fn(args);
   }
 
   Value eval_filter(const Expr& e, const ScopePtr& scope, const Value* input) {
     Value base;
-    if (e.items.empty()) base = *input;
-    else if (e.items[0]->kind == Expr::Kind::Filter && input) base = eval_filter(*e.items[0], scope, input);
-    else base = eval(*e.items[0], scope);
+    if (e.items.empty())
+      base = *input;
+    else if (e.items[0]->kind == Expr::Kind::Filter && input)
+      base = eval_filter(*e.items[0], scope, input);
+    else
+      base = eval(*e.items[0], scope);
     return apply_filter(e.name, base, eval_args(e.args, scope));
   }
 
   Value eval(const Expr& e, const ScopePtr& scope) {
     switch (e.kind) {
-      case Expr::Kind::Literal: return e.value;
+      case Expr::Kind::Literal:
+        return e.value;
       case Expr::Kind::Name: {
         if (const Value* v = scope->find(e.name)) return *v;
         return global(e.name);
@@ -325,16 +381,19 @@ class Renderer {
       case Expr::Kind::Tuple: {
         List items;
         for (const auto& x : e.items) items.push_back(eval(*x, scope));
+        if (e.kind == Expr::Kind::Tuple) return Value::make_tuple(std::move(items));
         return Value::make_list(std::move(items));
       }
       case Expr::Kind::Dict: {
         Value d = Value::make_dict();
         for (size_t k = 0; k + 1 < e.items.size(); k += 2)
-          d.dict->set(to_str(eval(*e.items[k], scope)), eval(*e.items[k + 1], scope));
+          d.dict->set_key(eval(*e.items[k], scope), eval(*e.items[k + 1], scope));
         return d;
       }
-      case Expr::Kind::Attr: return get_attr(eval(*e.items[0], scope), e.name);
-      case Expr::Kind::Item: return get_item(eval(*e.items[0], scope), eval(*e.items[1], scope));
+      case Expr::Kind::Attr:
+        return get_attr(eval(*e.items[0], scope), e.name);
+      case Expr::Kind::Item:
+        return get_item(eval(*e.items[0], scope), eval(*e.items[1], scope));
       case Expr::Kind::Slice: {
         const Value base = eval(*e.items[0], scope);
         Value parts[3];
@@ -343,8 +402,10 @@ class Renderer {
           if (e.items[k + 1]) parts[k] = eval(*e.items[k + 1], scope), ptrs[k] = &parts[k];
         return slice(base, ptrs[0], ptrs[1], ptrs[2]);
       }
-      case Expr::Kind::Call: return call(e, scope, nullptr);
-      case Expr::Kind::Filter: return eval_filter(e, scope, nullptr);
+      case Expr::Kind::Call:
+        return call(e, scope, nullptr);
+      case Expr::Kind::Filter:
+        return eval_filter(e, scope, nullptr);
       case Expr::Kind::Test: {
         const bool r = apply_test(e.name, eval(*e.items[0], scope), eval_args(e.args, scope));
         return Value::boolean(r != e.negated);
@@ -353,9 +414,11 @@ class Renderer {
         const Value v = eval(*e.items[0], scope);
         if (e.name == "not") return Value::boolean(!truthy(v));
         if (v.is_undefined()) undefined_error(v);
-        if (!v.is_number()) throw TemplateError(std::string("bad operand type for unary ") + e.name + ": '" + type_name(v) + "'");
+        if (!v.is_number())
+          throw TemplateError(std::string("bad operand type for unary ") + e.name + ": '" +
+                              type_name(v) + "'");
         if (e.name == "+") return v.kind == Value::Kind::Float ? v : Value::integer(v.as_int());
-        return v.kind == Value::Kind::Float ? Value::number(-v.f) : Value::integer(-v.as_int());
+        return v.kind == Value::Kind::Float ? Value::number(-v.f) : int_op('-', 0, v.as_int());
       }
       case Expr::Kind::Binary: {
         const Value a = eval(*e.items[0], scope);
@@ -374,7 +437,10 @@ class Renderer {
       }
       case Expr::Kind::Cond:
         if (truthy(eval(*e.items[0], scope))) return eval(*e.items[1], scope);
-        return e.items[2] ? eval(*e.items[2], scope) : Value::undefined("the inline if-expression evaluated to false and no else section was defined");
+        return e.items[2] ? eval(*e.items[2], scope)
+                          : Value::undefined(
+                                "the inline if-expression evaluated to false and no else section "
+                                "was defined");
     }
     return Value::undefined();
   }

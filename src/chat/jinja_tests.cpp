@@ -11,7 +11,8 @@ namespace {
 using Test = bool (*)(const Value&, const CallArgs&);
 
 const Value& need(const CallArgs& a, const char* test) {
-  if (a.positional.empty()) throw TemplateError(std::string("test '") + test + "' takes an argument");
+  if (a.positional.empty())
+    throw TemplateError(std::string("test '") + test + "' takes an argument");
   return a.positional[0];
 }
 
@@ -20,7 +21,7 @@ bool contains(const Value& container, const Value& x) {
     if (!x.is_string()) throw TemplateError("'in <string>' requires string as left operand");
     return container.s.find(x.s) != std::string::npos;
   }
-  if (container.is_dict()) return x.is_string() && container.dict->find(x.s);
+  if (container.is_dict()) return container.dict->find(Dict::encode_key(x)) != nullptr;
   for (const auto& item : iterate(container))
     if (equal(item, x)) return true;
   return false;
@@ -29,20 +30,26 @@ bool contains(const Value& container, const Value& x) {
 bool same(const Value& a, const Value& b) {
   if (a.kind != b.kind) return false;
   switch (a.kind) {
-    case Value::Kind::List: return a.list == b.list;
-    case Value::Kind::Dict: return a.dict == b.dict;
-    case Value::Kind::Callable: return a.fn == b.fn;
-    default: return equal(a, b);
+    case Value::Kind::List:
+      return a.list == b.list;
+    case Value::Kind::Dict:
+      return a.dict == b.dict;
+    case Value::Kind::Callable:
+      return a.fn == b.fn;
+    default:
+      return equal(a, b);
   }
 }
 
 const std::map<std::string, Test>& tests() {
   static const std::map<std::string, Test> table = {
       {"boolean", [](const Value& v, const CallArgs&) { return v.kind == Value::Kind::Bool; }},
-      {"callable", [](const Value& v, const CallArgs&) { return v.is_callable(); }},
+      {"callable",
+       [](const Value& v, const CallArgs&) { return v.is_callable() || v.is_undefined(); }},
       {"defined", [](const Value& v, const CallArgs&) { return !v.is_undefined(); }},
       {"undefined", [](const Value& v, const CallArgs&) { return v.is_undefined(); }},
-      {"divisibleby", [](const Value& v, const CallArgs& a) {
+      {"divisibleby",
+       [](const Value& v, const CallArgs& a) {
          const Value& n = need(a, "divisibleby");
          if (n.as_int() == 0) throw TemplateError("integer division or modulo by zero");
          return v.as_int() % n.as_int() == 0;
@@ -56,7 +63,8 @@ const std::map<std::string, Test>& tests() {
       {"escaped", [](const Value&, const CallArgs&) { return false; }},
       {"even", [](const Value& v, const CallArgs&) { return v.as_int() % 2 == 0; }},
       {"odd", [](const Value& v, const CallArgs&) { return v.as_int() % 2 != 0; }},
-      {"false", [](const Value& v, const CallArgs&) { return v.kind == Value::Kind::Bool && !v.b; }},
+      {"false",
+       [](const Value& v, const CallArgs&) { return v.kind == Value::Kind::Bool && !v.b; }},
       {"true", [](const Value& v, const CallArgs&) { return v.kind == Value::Kind::Bool && v.b; }},
       {"filter", [](const Value& v, const CallArgs&) { return v.is_string() && has_filter(v.s); }},
       {"test", [](const Value& v, const CallArgs&) { return v.is_string() && has_test(v.s); }},
@@ -64,20 +72,27 @@ const std::map<std::string, Test>& tests() {
       {"integer", [](const Value& v, const CallArgs&) { return v.kind == Value::Kind::Int; }},
       {"number", [](const Value& v, const CallArgs&) { return v.is_number(); }},
       {"in", [](const Value& v, const CallArgs& a) { return contains(need(a, "in"), v); }},
-      {"iterable", [](const Value& v, const CallArgs&) {
-         return v.is_undefined() || v.is_string() || v.is_list() || (v.is_dict() && !v.dict->is_namespace);
+      {"iterable",
+       [](const Value& v, const CallArgs&) {
+         return v.is_undefined() || v.is_string() || v.is_list() ||
+                (v.is_dict() && !v.dict->is_namespace);
        }},
-      {"sequence", [](const Value& v, const CallArgs&) {
-         return v.is_undefined() || v.is_string() || v.is_list() || (v.is_dict() && !v.dict->is_namespace);
+      {"sequence",
+       [](const Value& v, const CallArgs&) {
+         return v.is_undefined() || v.is_string() || v.is_list() ||
+                (v.is_dict() && !v.dict->is_namespace);
        }},
-      {"mapping", [](const Value& v, const CallArgs&) { return v.is_dict() && !v.dict->is_namespace; }},
+      {"mapping",
+       [](const Value& v, const CallArgs&) { return v.is_dict() && !v.dict->is_namespace; }},
       {"none", [](const Value& v, const CallArgs&) { return v.is_none(); }},
       {"string", [](const Value& v, const CallArgs&) { return v.is_string(); }},
-      {"lower", [](const Value& v, const CallArgs&) {
+      {"lower",
+       [](const Value& v, const CallArgs&) {
          const std::string s = to_str(v);
          return py_lower(s) == s && py_upper(s) != s;
        }},
-      {"upper", [](const Value& v, const CallArgs&) {
+      {"upper",
+       [](const Value& v, const CallArgs&) {
          const std::string s = to_str(v);
          return py_upper(s) == s && py_lower(s) != s;
        }},
@@ -88,8 +103,8 @@ const std::map<std::string, Test>& tests() {
 
 const std::map<std::string, std::string>& test_aliases() {
   static const std::map<std::string, std::string> a = {
-      {"==", "eq"}, {"equalto", "eq"}, {"!=", "ne"}, {"<", "lt"}, {"lessthan", "lt"},
-      {"<=", "le"}, {">", "gt"}, {"greaterthan", "gt"}, {">=", "ge"}};
+      {"==", "eq"}, {"equalto", "eq"}, {"!=", "ne"},          {"<", "lt"}, {"lessthan", "lt"},
+      {"<=", "le"}, {">", "gt"},       {"greaterthan", "gt"}, {">=", "ge"}};
   return a;
 }
 

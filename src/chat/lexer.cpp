@@ -11,7 +11,9 @@ namespace lmx::chat {
 
 namespace {
 
-bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
+bool is_space(char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
+}
 
 std::string rstrip(std::string s) {
   while (!s.empty() && is_space(s.back())) s.pop_back();
@@ -50,25 +52,53 @@ std::string unescape(const std::string& body, int line) {
       tok::append_utf8(out, static_cast<char32_t>(cp));
     };
     switch (c) {
-      case 'n': out += '\n'; break;
-      case 't': out += '\t'; break;
-      case 'r': out += '\r'; break;
-      case 'a': out += '\a'; break;
-      case 'b': out += '\b'; break;
-      case 'f': out += '\f'; break;
-      case 'v': out += '\v'; break;
-      case '\\': out += '\\'; break;
-      case '\'': out += '\''; break;
-      case '"': out += '"'; break;
-      case '\n': break;
-      case 'x': hex(2); break;
-      case 'u': hex(4); break;
-      case 'U': hex(8); break;
+      case 'n':
+        out += '\n';
+        break;
+      case 't':
+        out += '\t';
+        break;
+      case 'r':
+        out += '\r';
+        break;
+      case 'a':
+        out += '\a';
+        break;
+      case 'b':
+        out += '\b';
+        break;
+      case 'f':
+        out += '\f';
+        break;
+      case 'v':
+        out += '\v';
+        break;
+      case '\\':
+        out += '\\';
+        break;
+      case '\'':
+        out += '\'';
+        break;
+      case '"':
+        out += '"';
+        break;
+      case '\n':
+        break;
+      case 'x':
+        hex(2);
+        break;
+      case 'u':
+        hex(4);
+        break;
+      case 'U':
+        hex(8);
+        break;
       default:
         if (c >= '0' && c <= '7') {
           uint32_t v = 0;
           size_t n = 0;
-          while (n < 3 && i < body.size() && body[i] >= '0' && body[i] <= '7') v = v * 8 + (body[i++] - '0'), ++n;
+          while (n < 3 && i < body.size() && body[i] >= '0' && body[i] <= '7')
+            v = v * 8 + (body[i++] - '0'), ++n;
           --i;
           tok::append_utf8(out, static_cast<char32_t>(v));
         } else {
@@ -99,11 +129,7 @@ class Lexer {
       if (sign == '-') {
         text = rstrip(text);
       } else if (sign != '+' && kind != '{') {
-        // lstrip_blocks: drop spaces and tabs between the line start and a block or comment tag.
-        const size_t l_pos = text.rfind('\n') + 1;  // npos + 1 == 0
-        if ((l_pos > 0 || line_starting) && l_pos < text.size() &&
-            std::all_of(text.begin() + l_pos, text.end(), is_space))
-          text.resize(l_pos);
+        lstrip(text, line_starting);
       }
       emit_text(text);
       line_ += static_cast<int>(std::count(s_.begin() + pos_, s_.begin() + open, '\n'));
@@ -119,6 +145,14 @@ class Lexer {
   }
 
  private:
+  // lstrip_blocks: drop the whitespace between the line start and a block or comment tag.
+  static void lstrip(std::string& text, bool line_starting) {
+    const size_t l_pos = text.rfind('\n') + 1;  // npos + 1 == 0
+    if ((l_pos > 0 || line_starting) && l_pos < text.size() &&
+        std::all_of(text.begin() + static_cast<std::ptrdiff_t>(l_pos), text.end(), is_space))
+      text.resize(l_pos);
+  }
+
   size_t find_open(size_t from) const {
     for (size_t i = s_.find('{', from); i != std::string::npos; i = s_.find('{', i + 1)) {
       if (i + 1 < s_.size() && (s_[i + 1] == '{' || s_[i + 1] == '%' || s_[i + 1] == '#')) return i;
@@ -168,14 +202,17 @@ class Lexer {
                             begin_line);
       if (depth == 0) {
         const char c = s_[pos_];
-        const bool signed_end = (c == '-' || (c == '+' && !variable)) && s_.compare(pos_ + 1, 2, close) == 0;
+        const bool signed_end =
+            (c == '-' || (c == '+' && !variable)) && s_.compare(pos_ + 1, 2, close) == 0;
         if (signed_end || s_.compare(pos_, 2, close) == 0) {
+          // {% raw %} keeps the newline after it (jinja2's raw_begin rule has no trim_blocks).
+          const bool is_raw = !variable && tokens_.size() == first + 2 &&
+                              tokens_[first + 1].type == Token::Type::Name &&
+                              tokens_[first + 1].value == "raw";
           tokens_.push_back({variable ? Token::Type::VarEnd : Token::Type::BlockEnd, "", line_});
-          const bool ls = after_end(signed_end ? c : '\0', pos_ + (signed_end ? 3 : 2), !variable);
-          if (!variable && tokens_.size() == first + 3 && tokens_[first + 1].value == "raw" &&
-              tokens_[first + 1].type == Token::Type::Name)
-            return raw(first);
-          return ls;
+          const bool ls =
+              after_end(signed_end ? c : '\0', pos_ + (signed_end ? 3 : 2), !variable && !is_raw);
+          return is_raw ? raw(first, ls) : ls;
         }
       }
       lex_one(depth);
@@ -183,7 +220,7 @@ class Lexer {
   }
 
   // {% raw %}...{% endraw %}: the body is text.
-  bool raw(size_t first) {
+  bool raw(size_t first, bool line_starting) {
     tokens_.resize(first);
     for (size_t at = s_.find("{%", pos_); at != std::string::npos; at = s_.find("{%", at + 2)) {
       size_t p = at + 2;
@@ -195,7 +232,11 @@ class Lexer {
       const char esign = p < s_.size() && (s_[p] == '-' || s_[p] == '+') ? s_[p++] : '\0';
       if (s_.compare(p, 2, "%}") != 0) continue;
       std::string text = s_.substr(pos_, at - pos_);
-      emit_text(sign == '-' ? rstrip(text) : text);
+      if (sign == '-')
+        text = rstrip(text);
+      else if (sign != '+')
+        lstrip(text, line_starting);
+      emit_text(text);
       line_ += static_cast<int>(std::count(s_.begin() + pos_, s_.begin() + p, '\n'));
       return after_end(esign, p + 2, true);
     }
@@ -204,10 +245,13 @@ class Lexer {
 
   void lex_one(int& depth) {
     const char c = s_[pos_];
-    const auto push = [&](Token::Type t, std::string v) { tokens_.push_back({t, std::move(v), line_}); };
+    const auto push = [&](Token::Type t, std::string v) {
+      tokens_.push_back({t, std::move(v), line_});
+    };
     if (std::isalpha(static_cast<unsigned char>(c)) || c == '_') {
       size_t e = pos_;
-      while (e < s_.size() && (std::isalnum(static_cast<unsigned char>(s_[e])) || s_[e] == '_')) ++e;
+      while (e < s_.size() && (std::isalnum(static_cast<unsigned char>(s_[e])) || s_[e] == '_'))
+        ++e;
       push(Token::Type::Name, s_.substr(pos_, e - pos_));
       pos_ = e;
       return;
@@ -215,12 +259,15 @@ class Lexer {
     if (std::isdigit(static_cast<unsigned char>(c))) {
       size_t e = pos_;
       const auto digits = [&] {
-        while (e < s_.size() && (std::isdigit(static_cast<unsigned char>(s_[e])) || s_[e] == '_')) ++e;
+        while (e < s_.size() && (std::isdigit(static_cast<unsigned char>(s_[e])) || s_[e] == '_'))
+          ++e;
       };
       digits();
       bool is_float = false;
-      const bool after_dot = !tokens_.empty() && tokens_.back().type == Token::Type::Op && tokens_.back().value == ".";
-      if (!after_dot && e + 1 < s_.size() && s_[e] == '.' && std::isdigit(static_cast<unsigned char>(s_[e + 1]))) {
+      const bool after_dot =
+          !tokens_.empty() && tokens_.back().type == Token::Type::Op && tokens_.back().value == ".";
+      if (!after_dot && e + 1 < s_.size() && s_[e] == '.' &&
+          std::isdigit(static_cast<unsigned char>(s_[e + 1]))) {
         ++e;
         digits();
         is_float = true;

@@ -9,7 +9,19 @@
 namespace lmx::chat {
 
 struct Token {
-  enum class Type { Text, VarBegin, VarEnd, BlockBegin, BlockEnd, Name, String, Int, Float, Op, Eof };
+  enum class Type {
+    Text,
+    VarBegin,
+    VarEnd,
+    BlockBegin,
+    BlockEnd,
+    Name,
+    String,
+    Int,
+    Float,
+    Op,
+    Eof
+  };
   Type type;
   std::string value;
   int line;

@@ -25,6 +25,27 @@ void Dict::set(const std::string& key, Value v) {
   entries.emplace_back(key, std::move(v));
 }
 
+std::string Dict::encode_key(const Value& key) {
+  if (key.is_string()) return key.s;
+  std::string out(1, '\0');
+  if (key.is_number() && key.as_double() == static_cast<double>(key.as_int()))
+    return out.append(std::to_string(key.as_int()));
+  return out.append(to_repr(key));
+}
+
+void Dict::set_key(const Value& key, Value v) {
+  const std::string k = encode_key(key);
+  if (!key.is_string() && !find(k)) odd_keys.emplace_back(k, key);
+  set(k, std::move(v));
+}
+
+Value Dict::key_value(const std::string& stored) const {
+  if (stored.empty() || stored[0] != '\0') return Value::string(stored);
+  for (const auto& [k, v] : odd_keys)
+    if (k == stored) return v;
+  return Value::string(stored.substr(1));
+}
+
 const Value* CallArgs::get(size_t index, std::string_view name) const {
   for (const auto& [k, v] : keyword)
     if (k == name) return &v;
@@ -71,6 +92,21 @@ Value Value::make_list(List items) {
   v.list = std::make_shared<List>(std::move(items));
   return v;
 }
+Value Value::make_tuple(List items) {
+  Value v = make_list(std::move(items));
+  v.tuple = true;
+  return v;
+}
+Value Value::make_generator(List items) {
+  Value v = make_list(std::move(items));
+  v.generator = true;
+  return v;
+}
+Value Value::make_markup(std::string s) {
+  Value v = string(std::move(s));
+  v.markup = true;
+  return v;
+}
 Value Value::make_dict() {
   Value v;
   v.kind = Kind::Dict;
@@ -90,21 +126,35 @@ double Value::as_double() const {
 }
 int64_t Value::as_int() const {
   if (kind == Kind::Bool) return b ? 1 : 0;
-  if (kind == Kind::Float) return static_cast<int64_t>(f);
+  if (kind == Kind::Float) {
+    // 2^63 as a double; beyond it (and for nan) the cast is undefined.
+    if (!(std::fabs(f) < 9223372036854775808.0))
+      throw TemplateError("cannot convert " + py_float_repr(f) + " to a 64-bit integer");
+    return static_cast<int64_t>(f);
+  }
   return i;
 }
 
 const char* type_name(const Value& v) {
   switch (v.kind) {
-    case Value::Kind::Undefined: return "Undefined";
-    case Value::Kind::None: return "NoneType";
-    case Value::Kind::Bool: return "bool";
-    case Value::Kind::Int: return "int";
-    case Value::Kind::Float: return "float";
-    case Value::Kind::String: return "str";
-    case Value::Kind::List: return "list";
-    case Value::Kind::Dict: return v.dict->is_namespace ? "Namespace" : "dict";
-    case Value::Kind::Callable: return v.fn->is_macro ? "Macro" : "function";
+    case Value::Kind::Undefined:
+      return "Undefined";
+    case Value::Kind::None:
+      return "NoneType";
+    case Value::Kind::Bool:
+      return "bool";
+    case Value::Kind::Int:
+      return "int";
+    case Value::Kind::Float:
+      return "float";
+    case Value::Kind::String:
+      return "str";
+    case Value::Kind::List:
+      return v.generator ? "generator" : v.tuple ? "tuple" : "list";
+    case Value::Kind::Dict:
+      return v.dict->is_namespace ? "Namespace" : "dict";
+    case Value::Kind::Callable:
+      return v.fn->is_macro ? "Macro" : "function";
   }
   return "object";
 }
@@ -112,211 +162,24 @@ const char* type_name(const Value& v) {
 bool truthy(const Value& v) {
   switch (v.kind) {
     case Value::Kind::Undefined:
-    case Value::Kind::None: return false;
-    case Value::Kind::Bool: return v.b;
-    case Value::Kind::Int: return v.i != 0;
-    case Value::Kind::Float: return v.f != 0;
-    case Value::Kind::String: return !v.s.empty();
-    case Value::Kind::List: return !v.list->empty();
-    case Value::Kind::Dict: return v.dict->is_namespace || !v.dict->entries.empty();
-    case Value::Kind::Callable: return true;
+    case Value::Kind::None:
+      return false;
+    case Value::Kind::Bool:
+      return v.b;
+    case Value::Kind::Int:
+      return v.i != 0;
+    case Value::Kind::Float:
+      return v.f != 0;
+    case Value::Kind::String:
+      return !v.s.empty();
+    case Value::Kind::List:
+      return v.generator || !v.list->empty();
+    case Value::Kind::Dict:
+      return v.dict->is_namespace || !v.dict->entries.empty();
+    case Value::Kind::Callable:
+      return true;
   }
   return false;
-}
-
-// float.__repr__: the shortest round-trip digits, exponent form outside [1e-4, 1e16).
-std::string py_float_repr(double v) {
-  if (std::isnan(v)) return "nan";
-  if (std::isinf(v)) return v < 0 ? "-inf" : "inf";
-  char buf[64];
-  auto res = std::to_chars(buf, buf + sizeof(buf), v, std::chars_format::scientific);
-  std::string sci(buf, res.ptr);
-  const bool neg = sci[0] == '-';
-  if (neg) sci.erase(0, 1);
-  const size_t e_pos = sci.find('e');
-  std::string digits = sci.substr(0, e_pos);
-  digits.erase(std::remove(digits.begin(), digits.end(), '.'), digits.end());
-  const int exp = std::stoi(sci.substr(e_pos + 1));
-  std::string out = neg ? "-" : "";
-  if (exp >= -4 && exp < 16) {
-    if (exp >= 0) {
-      if (digits.size() <= static_cast<size_t>(exp) + 1) {
-        out += digits + std::string(exp + 1 - digits.size(), '0') + ".0";
-      } else {
-        out += digits.substr(0, exp + 1) + "." + digits.substr(exp + 1);
-      }
-    } else {
-      out += "0." + std::string(-exp - 1, '0') + digits;
-    }
-    return out;
-  }
-  out += digits.substr(0, 1);
-  if (digits.size() > 1) out.append(".").append(digits.substr(1));
-  char eb[16];
-  std::snprintf(eb, sizeof(eb), "e%c%02d", exp < 0 ? '-' : '+', std::abs(exp));
-  return out + eb;
-}
-
-namespace {
-
-std::string repr_string(const std::string& s) {
-  const bool has_single = s.find('\'') != std::string::npos;
-  const bool has_double = s.find('"') != std::string::npos;
-  const char quote = has_single && !has_double ? '"' : '\'';
-  std::string out(1, quote);
-  for (unsigned char c : s) {
-    if (c == '\\') out += "\\\\";
-    else if (c == quote) out += std::string("\\") + static_cast<char>(c);
-    else if (c == '\n') out += "\\n";
-    else if (c == '\r') out += "\\r";
-    else if (c == '\t') out += "\\t";
-    else if (c < 0x20 || c == 0x7f) {
-      char b[8];
-      std::snprintf(b, sizeof(b), "\\x%02x", c);
-      out += b;
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
-  return out + quote;
-}
-
-void json_string(const std::string& s, bool ensure_ascii, std::string& out) {
-  out += '"';
-  size_t i = 0;
-  while (i < s.size()) {
-    const unsigned char c = s[i];
-    if (c >= 0x80 && ensure_ascii) {
-      char32_t cp = tok::next_codepoint(s, i);
-      char b[16];
-      if (cp >= 0x10000) {
-        cp -= 0x10000;
-        std::snprintf(b, sizeof(b), "\\u%04x\\u%04x", 0xD800 + (static_cast<unsigned>(cp) >> 10),
-                      0xDC00 + (static_cast<unsigned>(cp) & 0x3FF));
-      } else {
-        std::snprintf(b, sizeof(b), "\\u%04x", static_cast<unsigned>(cp));
-      }
-      out += b;
-      continue;
-    }
-    ++i;
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      case '\b': out += "\\b"; break;
-      case '\f': out += "\\f"; break;
-      default:
-        if (c < 0x20) {
-          char b[8];
-          std::snprintf(b, sizeof(b), "\\u%04x", c);
-          out += b;
-        } else {
-          out += static_cast<char>(c);
-        }
-    }
-  }
-  out += '"';
-}
-
-void dump(const Value& v, const JsonDumpOptions& opt, int level, std::string& out) {
-  const auto newline = [&](int lvl) {
-    out += '\n';
-    out.append(static_cast<size_t>(opt.indent) * lvl, ' ');
-  };
-  switch (v.kind) {
-    case Value::Kind::None: out += "null"; return;
-    case Value::Kind::Bool: out += v.b ? "true" : "false"; return;
-    case Value::Kind::Int: out += std::to_string(v.i); return;
-    case Value::Kind::Float:
-      if (std::isnan(v.f)) out += "NaN";
-      else if (std::isinf(v.f)) out += v.f < 0 ? "-Infinity" : "Infinity";
-      else out += py_float_repr(v.f);
-      return;
-    case Value::Kind::String: json_string(v.s, opt.ensure_ascii, out); return;
-    case Value::Kind::List: {
-      if (v.list->empty()) {
-        out += "[]";
-        return;
-      }
-      out += '[';
-      for (size_t k = 0; k < v.list->size(); ++k) {
-        if (k) out += opt.item_sep;
-        if (opt.indent >= 0) newline(level + 1);
-        dump((*v.list)[k], opt, level + 1, out);
-      }
-      if (opt.indent >= 0) newline(level);
-      out += ']';
-      return;
-    }
-    case Value::Kind::Dict: {
-      if (v.dict->is_namespace) break;
-      if (v.dict->entries.empty()) {
-        out += "{}";
-        return;
-      }
-      std::vector<const std::pair<std::string, Value>*> items;
-      for (const auto& e : v.dict->entries) items.push_back(&e);
-      if (opt.sort_keys)
-        std::stable_sort(items.begin(), items.end(),
-                         [](auto* a, auto* b) { return a->first < b->first; });
-      out += '{';
-      for (size_t k = 0; k < items.size(); ++k) {
-        if (k) out += opt.item_sep;
-        if (opt.indent >= 0) newline(level + 1);
-        json_string(items[k]->first, opt.ensure_ascii, out);
-        out += opt.key_sep;
-        dump(items[k]->second, opt, level + 1, out);
-      }
-      if (opt.indent >= 0) newline(level);
-      out += '}';
-      return;
-    }
-    default: break;
-  }
-  throw TemplateError(std::string("Object of type ") + type_name(v) + " is not JSON serializable");
-}
-
-}  // namespace
-
-std::string to_repr(const Value& v) {
-  switch (v.kind) {
-    case Value::Kind::String: return repr_string(v.s);
-    case Value::Kind::List: {
-      std::string out = "[";
-      for (size_t k = 0; k < v.list->size(); ++k) {
-        if (k) out += ", ";
-        out += to_repr((*v.list)[k]);
-      }
-      return out + "]";
-    }
-    case Value::Kind::Dict: {
-      std::string out = v.dict->is_namespace ? "<Namespace {" : "{";
-      bool first = true;
-      for (const auto& [k, item] : v.dict->entries) {
-        if (!first) out += ", ";
-        first = false;
-        out += repr_string(k) + ": " + to_repr(item);
-      }
-      return out + (v.dict->is_namespace ? "}>" : "}");
-    }
-    default: return to_str(v);
-  }
-}
-
-std::string to_str(const Value& v) {
-  switch (v.kind) {
-    case Value::Kind::Undefined: return "";
-    case Value::Kind::None: return "None";
-    case Value::Kind::Bool: return v.b ? "True" : "False";
-    case Value::Kind::Int: return std::to_string(v.i);
-    case Value::Kind::Float: return py_float_repr(v.f);
-    case Value::Kind::String: return v.s;
-    case Value::Kind::Callable: return "<function " + v.fn->name + ">";
-    default: return to_repr(v);
-  }
 }
 
 bool equal(const Value& a, const Value& b) {
@@ -328,10 +191,13 @@ bool equal(const Value& a, const Value& b) {
   if (a.kind != b.kind) return false;
   switch (a.kind) {
     case Value::Kind::Undefined:
-    case Value::Kind::None: return true;
-    case Value::Kind::String: return a.s == b.s;
+    case Value::Kind::None:
+      return true;
+    case Value::Kind::String:
+      return a.s == b.s;
     case Value::Kind::List:
-      if (a.list->size() != b.list->size()) return false;
+      if (a.generator || b.generator) return a.list == b.list;
+      if (a.tuple != b.tuple || a.list->size() != b.list->size()) return false;
       for (size_t k = 0; k < a.list->size(); ++k)
         if (!equal((*a.list)[k], (*b.list)[k])) return false;
       return true;
@@ -344,8 +210,10 @@ bool equal(const Value& a, const Value& b) {
         if (!other || !equal(item, *other)) return false;
       }
       return true;
-    case Value::Kind::Callable: return a.fn == b.fn;
-    default: return false;
+    case Value::Kind::Callable:
+      return a.fn == b.fn;
+    default:
+      return false;
   }
 }
 
@@ -367,32 +235,33 @@ bool less(const Value& a, const Value& b) {
                       "' and '" + type_name(b) + "'");
 }
 
-std::string json_dumps(const Value& v, const JsonDumpOptions& opt) {
-  std::string out;
-  dump(v, opt, 0, out);
-  return out;
-}
-
-Value from_json(const ojson& j) {
+Value from_json(const ojson& j, int depth) {
+  if (depth > 512) throw TemplateError("JSON input nested deeper than 512 levels");
   switch (j.type()) {
-    case ojson::value_t::null: return Value::none();
-    case ojson::value_t::boolean: return Value::boolean(j.get<bool>());
+    case ojson::value_t::null:
+      return Value::none();
+    case ojson::value_t::boolean:
+      return Value::boolean(j.get<bool>());
     case ojson::value_t::number_integer:
-    case ojson::value_t::number_unsigned: return Value::integer(j.get<int64_t>());
-    case ojson::value_t::number_float: return Value::number(j.get<double>());
-    case ojson::value_t::string: return Value::string(j.get<std::string>());
+    case ojson::value_t::number_unsigned:
+      return Value::integer(j.get<int64_t>());
+    case ojson::value_t::number_float:
+      return Value::number(j.get<double>());
+    case ojson::value_t::string:
+      return Value::string(j.get<std::string>());
     case ojson::value_t::array: {
       List items;
       items.reserve(j.size());
-      for (const auto& e : j) items.push_back(from_json(e));
+      for (const auto& e : j) items.push_back(from_json(e, depth + 1));
       return Value::make_list(std::move(items));
     }
     case ojson::value_t::object: {
       Value d = Value::make_dict();
-      for (const auto& [k, e] : j.items()) d.dict->entries.emplace_back(k, from_json(e));
+      for (const auto& [k, e] : j.items()) d.dict->entries.emplace_back(k, from_json(e, depth + 1));
       return d;
     }
-    default: return Value::none();
+    default:
+      return Value::none();
   }
 }
 
@@ -409,12 +278,14 @@ std::vector<std::string> utf8_chars(std::string_view s) {
 
 List iterate(const Value& v) {
   switch (v.kind) {
-    case Value::Kind::Undefined: return {};
-    case Value::Kind::List: return *v.list;
+    case Value::Kind::Undefined:
+      return {};
+    case Value::Kind::List:
+      return *v.list;
     case Value::Kind::Dict: {
       List keys;
       if (v.dict->is_namespace) break;
-      for (const auto& e : v.dict->entries) keys.push_back(Value::string(e.first));
+      for (const auto& e : v.dict->entries) keys.push_back(v.dict->key_value(e.first));
       return keys;
     }
     case Value::Kind::String: {
@@ -422,20 +293,26 @@ List iterate(const Value& v) {
       for (auto& c : utf8_chars(v.s)) chars.push_back(Value::string(std::move(c)));
       return chars;
     }
-    default: break;
+    default:
+      break;
   }
   throw TemplateError(std::string("'") + type_name(v) + "' object is not iterable");
 }
 
 int64_t length(const Value& v) {
   switch (v.kind) {
-    case Value::Kind::Undefined: return 0;
-    case Value::Kind::String: return static_cast<int64_t>(tok::count_codepoints(v.s));
-    case Value::Kind::List: return static_cast<int64_t>(v.list->size());
+    case Value::Kind::Undefined:
+      return 0;
+    case Value::Kind::String:
+      return static_cast<int64_t>(tok::count_codepoints(v.s));
+    case Value::Kind::List:
+      if (!v.generator) return static_cast<int64_t>(v.list->size());
+      break;
     case Value::Kind::Dict:
       if (!v.dict->is_namespace) return static_cast<int64_t>(v.dict->entries.size());
       break;
-    default: break;
+    default:
+      break;
   }
   throw TemplateError(std::string("object of type '") + type_name(v) + "' has no len()");
 }

@@ -19,13 +19,18 @@ using ojson = nlohmann::ordered_json;
 struct Value;
 using List = std::vector<Value>;
 
-// A Python dict with string keys (all a chat template receives or builds), in insertion order.
+// A Python dict in insertion order. Keys are strings (all that JSON input has); other keys that a
+// template builds ({0: 'a'}) are stored under "\0" + a canonical form, the key itself in odd_keys.
 struct Dict {
   std::vector<std::pair<std::string, Value>> entries;
   bool is_namespace = false;  // jinja2's namespace(): attributes assignable with `set ns.x = ...`
+  std::vector<std::pair<std::string, Value>> odd_keys;
 
   const Value* find(std::string_view key) const;
   void set(const std::string& key, Value v);
+  static std::string encode_key(const Value& key);  // 1, 1.0 and True are one key, as in Python
+  void set_key(const Value& key, Value v);
+  Value key_value(const std::string& stored) const;  // the key as the template wrote it
 };
 
 struct CallArgs {
@@ -46,6 +51,11 @@ struct Value {
   enum class Kind { Undefined, None, Bool, Int, Float, String, List, Dict, Callable };
   Kind kind = Kind::Undefined;
   bool b = false;
+  bool tuple = false;  // a List that Python would hold as a tuple: repr "(a, b)"
+  bool generator =
+      false;  // a List jinja2 yields lazily (map, select, ...): always truthy, no len()
+  bool markup =
+      false;  // a String that is markupsafe.Markup (`|safe`, `|e`): `+` escapes the other side
   int64_t i = 0;
   double f = 0;
   std::string s;  // String; for Undefined the name that was looked up (for error messages)
@@ -61,6 +71,9 @@ struct Value {
   static Value number(double v);
   static Value string(std::string v);
   static Value make_list(List items = {});
+  static Value make_tuple(List items);
+  static Value make_generator(List items);
+  static Value make_markup(std::string s);
   static Value make_dict();
   static Value function(std::string name, std::function<Value(const CallArgs&)> fn);
 
@@ -93,8 +106,10 @@ struct JsonDumpOptions {
   std::string key_sep = ": ";
 };
 std::string json_dumps(const Value& v, const JsonDumpOptions& opt);
+std::string html_escape(const std::string& s);  // markupsafe.escape
 
-Value from_json(const ojson& j);
+Value from_json(const ojson& j);  // throws TemplateError past 512 levels of nesting
+Value from_json(const ojson& j, int depth);
 
 // Items a `for` loop sees: list elements, dict keys, string characters; Undefined gives none.
 List iterate(const Value& v);

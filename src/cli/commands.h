@@ -21,6 +21,7 @@ std::vector<FlagSpec> kv_cache_flags();
 void set_kv_cache_options(const Flags& flags, GenerateOptions& options);
 int cmd_convert(const Args& args);
 int cmd_bench(const Args& args);
+int cmd_chat(const Args& args);
 int cmd_serve(const Args& args);
 
 }  // namespace lmx::cli

@@ -3,6 +3,7 @@
 #include <variant>
 
 #include "core/error.h"
+#include "engine/model_impl.h"
 #include "generate/generate.h"
 #include "lmx/lmx.h"
 #include "models/model.h"
@@ -29,12 +30,6 @@ std::string backend_description() {
   if (!name.empty()) out += " (" + name + ")";
   return out + ", mlx " + mx::version();
 }
-
-struct LanguageModel::Impl {
-  LoadedWeights loaded;
-  Tokenizer tokenizer;
-  std::vector<int> eos;
-};
 
 LanguageModel::LanguageModel(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 LanguageModel::~LanguageModel() = default;
@@ -75,25 +70,31 @@ std::string LanguageModel::decode(const std::vector<int>& ids) const {
   return impl_->tokenizer.decode(ids);
 }
 
-GenerationStats LanguageModel::generate(const std::vector<int>& prompt,
-                                        const GenerateOptions& options,
-                                        const std::function<bool(const TokenOutput&)>& on_token) {
+void validate_request(const LanguageModel& model, const std::vector<int>& prompt,
+                      const GenerateOptions& options) {
   check(!prompt.empty(), "generate", "the prompt is empty, expected at least one token");
   check(options.max_tokens >= 0, "generate", "max_tokens must be >= 0, got ", options.max_tokens);
-  if (auto ctx = context_length()) {
+  if (auto ctx = model.context_length()) {
     check(static_cast<int>(prompt.size()) <= *ctx, "generate", "the prompt has ", prompt.size(),
           " tokens, longer than the model's context of ", *ctx, " tokens");
   }
-  const int vocab = vocab_size();
+  const int vocab = model.vocab_size();
   for (int t : prompt)
     check(t >= 0 && t < vocab, "generate", "token id ", t, " is outside the vocabulary of ", vocab);
   validate(options.sampler, vocab);
-  StreamingDetokenizer detok(impl_->tokenizer);
+}
+
+GenerationStats stream_generate(LanguageModel::Impl& impl, Cache& cache,
+                                const std::vector<int>& prompt, const GenerateOptions& options,
+                                const std::function<bool(const TokenOutput&)>& on_token,
+                                std::vector<int>* generated) {
+  StreamingDetokenizer detok(impl.tokenizer);
   std::string text;
   bool stopped = false;
   GenerationStats stats =
-      lmx::generate(*impl_->loaded.model, prompt, options,
-                    options.ignore_eos ? std::vector<int>{} : impl_->eos, [&](const Step& s) {
+      lmx::generate(*impl.loaded.model, cache, prompt, options,
+                    options.ignore_eos ? std::vector<int>{} : impl.eos, [&](const Step& s) {
+                      if (generated) generated->push_back(s.token);
                       text = detok.add(s.token);
                       stopped = !on_token(TokenOutput{s.token, text});
                       return !stopped;
@@ -103,6 +104,14 @@ GenerationStats LanguageModel::generate(const std::vector<int>& prompt,
     if (!text.empty()) on_token(TokenOutput{-1, text});
   }
   return stats;
+}
+
+GenerationStats LanguageModel::generate(const std::vector<int>& prompt,
+                                        const GenerateOptions& options,
+                                        const std::function<bool(const TokenOutput&)>& on_token) {
+  validate_request(*this, prompt, options);
+  Cache cache = impl_->loaded.model->make_cache();
+  return stream_generate(*impl_, cache, prompt, options, on_token, nullptr);
 }
 
 }  // namespace lmx

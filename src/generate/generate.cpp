@@ -105,6 +105,12 @@ GenerationStats generate(Model& model, const std::vector<int>& prompt,
                          const GenerateOptions& options, const std::vector<int>& eos_ids,
                          const std::function<bool(const Step&)>& on_token) {
   Cache cache = model.make_cache();
+  return generate(model, cache, prompt, options, eos_ids, on_token);
+}
+
+GenerationStats generate(Model& model, Cache& cache, const std::vector<int>& prompt,
+                         const GenerateOptions& options, const std::vector<int>& eos_ids,
+                         const std::function<bool(const Step&)>& on_token) {
   TokenGenerator gen(model, cache, prompt, options);
   while (auto s = gen.next()) {
     if (std::find(eos_ids.begin(), eos_ids.end(), s->token) != eos_ids.end()) break;

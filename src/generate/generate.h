@@ -47,5 +47,9 @@ void maybe_quantize_kv_cache(Cache& cache, const GenerateOptions& options);
 GenerationStats generate(Model& model, const std::vector<int>& prompt,
                          const GenerateOptions& options, const std::vector<int>& eos_ids,
                          const std::function<bool(const Step&)>& on_token);
+// The same continuing from `cache`, which already holds the context before `prompt`.
+GenerationStats generate(Model& model, Cache& cache, const std::vector<int>& prompt,
+                         const GenerateOptions& options, const std::vector<int>& eos_ids,
+                         const std::function<bool(const Step&)>& on_token);
 
 }  // namespace lmx

@@ -8,6 +8,7 @@
 
 #include "chat/chat_template.h"
 #include "core/error.h"
+#include "core/json.h"
 #include "test_util.h"
 
 namespace {
@@ -32,8 +33,8 @@ std::string first_difference(const std::string& want, const std::string& got) {
   const size_t from = i > 40 ? i - 40 : 0;
   std::ostringstream os;
   os << "first difference at byte " << i << " (want " << want.size() << " bytes, got " << got.size()
-     << ")\n  want: " << ojson(want.substr(from, 100)).dump() << "\n  got:  "
-     << ojson(got.substr(from, 100)).dump();
+     << ")\n  want: " << ojson(want.substr(from, 100)).dump()
+     << "\n  got:  " << ojson(got.substr(from, 100)).dump();
   return os.str();
 }
 
@@ -58,10 +59,12 @@ std::string check_case(const ChatTemplate* tmpl, const std::string& compile_erro
     error = compile_error;
   }
   if (c.contains("error")) {
-    if (error.empty()) return "transformers raised " + c["error_type"].get<std::string>() + " (" +
-                              c["error"].get<std::string>() + ") but lmx rendered " + ojson(got).dump();
+    if (error.empty())
+      return "transformers raised " + c["error_type"].get<std::string>() + " (" +
+             c["error"].get<std::string>() + ") but lmx rendered " + ojson(got).dump();
     // raise_exception's message must reach the user.
-    if (c["error_type"] == "TemplateError" && error.find(c["error"].get<std::string>()) == std::string::npos)
+    if (c["error_type"] == "TemplateError" &&
+        error.find(c["error"].get<std::string>()) == std::string::npos)
       return "error text lost: want '" + c["error"].get<std::string>() + "', got '" + error + "'";
     return "";
   }
@@ -77,7 +80,8 @@ void run_group(const std::string& prefix, bool exclude_prefixes) {
   size_t n = 0, failed = 0;
   for (const auto& c : fx.at("cases")) {
     const std::string tname = c.at("template").get<std::string>();
-    const bool is_feature = tname.rfind("feature/", 0) == 0, is_sweep = tname.rfind("sweep/", 0) == 0;
+    const bool is_feature = tname.rfind("feature/", 0) == 0,
+               is_sweep = tname.rfind("sweep/", 0) == 0;
     const bool in_group = exclude_prefixes ? !is_feature && !is_sweep : tname.rfind(prefix, 0) == 0;
     if (!in_group) continue;
     auto it = compiled.find(tname);
@@ -111,10 +115,13 @@ TEST(ChatTemplate, RealTemplatesMatchTransformers) { run_group("real", true); }
 
 TEST(ChatTemplate, HubTemplateSweepMatchesTransformers) { run_group("sweep/", false); }
 
+// tokenizer_config.json templates (plain and named), chat_template.jinja, AddedToken special
+// tokens and --chat-template overrides against AutoTokenizer.from_pretrained(dir).
 TEST(ChatTemplate, ModelDirMatchesAutoTokenizer) {
   size_t n = 0;
   for (const auto& c : fixtures().at("model_dir")) {
-    const ChatTemplate t = ChatTemplate::from_model_dir(c.at("dir").get<std::string>());
+    const ChatTemplate t =
+        lmx::chat::load_chat_template(c.at("dir").get<std::string>(), c.value("override", ""));
     const std::string problem = check_case(&t, "", c);
     EXPECT_EQ(problem, "") << c.at("name").get<std::string>();
     ++n;
@@ -138,6 +145,55 @@ TEST(ChatTemplate, ErrorsNameTheTemplateAndLine) {
   }
   EXPECT_THROW(ChatTemplate::from_model_dir(lmx::test::source_dir() / "docs"), lmx::Error);
   EXPECT_THROW(ChatTemplate::from_source("{{ messages }}").render(ojson::object(), {}), lmx::Error);
+}
+
+// Hostile templates and inputs get lmx::Error, never a crash, a hang or exhausted memory.
+TEST(ChatTemplate, HostileInputGetsErrors) {
+  const ojson msgs = ojson::parse(R"([{"role": "user", "content": "hi"}])");
+  const auto renders = [&](const std::string& src) {
+    return ChatTemplate::from_source(src).render(msgs, {});
+  };
+  EXPECT_THROW(renders("{{ " + std::string(100000, '(') + "1" + std::string(100000, ')') + " }}"),
+               lmx::Error);
+  EXPECT_THROW(renders("{{ " + std::string(100000, '-') + "1 }}"), lmx::Error);
+  std::string nested_ifs;
+  for (int k = 0; k < 5000; ++k) nested_ifs += "{% if true %}";
+  EXPECT_THROW(renders(nested_ifs), lmx::Error);
+  EXPECT_THROW(renders("{{ 'a' * 1000000000000 }}"), lmx::Error);
+  EXPECT_THROW(renders("{% for i in range(1000000) %}{% endfor %}"), lmx::Error);
+  EXPECT_THROW(renders("{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}"), lmx::Error);
+  EXPECT_THROW(renders("{{ 'unterminated }}"), lmx::Error);
+  EXPECT_THROW(renders("{% include 'x.jinja' %}"), lmx::Error);
+  EXPECT_THROW(renders("{{ 1 / 0 }}"), lmx::Error);
+  EXPECT_THROW(renders("{{ 9223372036854775807 + 1 }}"), lmx::Error);  // no silent wrap
+  EXPECT_THROW(renders("{{ 3 ** 64 }}"), lmx::Error);
+  EXPECT_THROW(renders("{{ range(1e300) }}"), lmx::Error);
+  EXPECT_THROW(renders("{{ '\\u12' }}"), lmx::Error);
+  std::string deep = "[{\"role\": \"user\", \"content\": ";
+  for (int k = 0; k < 2000; ++k) deep += "[";
+  for (int k = 0; k < 2000; ++k) deep += "]";
+  deep += "}]";
+  EXPECT_THROW(ChatTemplate::from_source("{{ messages }}").render(ojson::parse(deep), {}),
+               lmx::Error);
+}
+
+}  // namespace
+
+namespace {
+
+// lmx::json (keys sorted) converts to the ordered JSON render() takes: same prompt as the
+// ordered input with its keys in sorted order.
+TEST(ChatTemplate, AcceptsLmxJson) {
+  const ChatTemplate t = ChatTemplate::from_source("{{ messages }}|{{ tools | tojson }}");
+  const std::string msgs = R"([{"role": "user", "content": "hi", "extra": {"z": 1, "a": 2}}])";
+  const std::string tools = R"([{"type": "function", "function": {"name": "f"}}])";
+  TemplateOptions a, b;
+  a.tools = lmx::json::parse(tools);
+  b.tools = ojson::parse(tools);
+  const std::string from_lmx = t.render(lmx::json::parse(msgs), a);
+  const std::string sorted = t.render(ojson::parse(lmx::json::parse(msgs).dump()), b);
+  EXPECT_EQ(from_lmx.substr(0, from_lmx.find('|')), sorted.substr(0, sorted.find('|')));
+  EXPECT_NE(from_lmx, t.render(ojson::parse(msgs), b));  // the ordered input keeps its order
 }
 
 }  // namespace
