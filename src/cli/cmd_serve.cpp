@@ -20,11 +20,12 @@ int cmd_serve(const Args& args) {
               {"top-p", "default nucleus sampling threshold", false, "P", "1"},
               {"top-k", "default top-k (0 = off)", false, "K", "0"},
               {"min-p", "default min-p (0 = off)", false, "P", "0"},
-              {"chat-template", "a chat template (file or text) replacing the model's", false,
-               "T"},
+              {"chat-template", "a chat template (file or text) replacing the model's", false, "T"},
               {"use-default-chat-template", "(accepted for mlx_lm compatibility)", true},
-              {"chat-template-args", "JSON object of template arguments, e.g. "
-               "'{\"enable_thinking\":false}'", false, "JSON", "{}"},
+              {"chat-template-args",
+               "JSON object of template arguments, e.g. "
+               "'{\"enable_thinking\":false}'",
+               false, "JSON", "{}"},
               {"adapter-path", "LoRA adapter directory (not supported yet)", false, "DIR"},
               {"log-level", "DEBUG, INFO, WARNING, ERROR or CRITICAL", false, "L", "INFO"},
               {"api-key", "require 'Authorization: Bearer KEY' (or x-api-key)", false, "KEY"},

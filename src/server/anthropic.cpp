@@ -42,12 +42,11 @@ class BlockWriter {
     if (piece.empty()) return true;
     if (open_ != kind && !start(kind)) return false;
     const bool thinking = kind == "thinking";
-    return write("content_block_delta",
-                 {{"type", "content_block_delta"},
-                  {"index", index_},
-                  {"delta",
-                   {{"type", thinking ? "thinking_delta" : "text_delta"},
-                    {thinking ? "thinking" : "text", piece}}}});
+    return write("content_block_delta", {{"type", "content_block_delta"},
+                                         {"index", index_},
+                                         {"delta",
+                                          {{"type", thinking ? "thinking_delta" : "text_delta"},
+                                           {thinking ? "thinking" : "text", piece}}}});
   }
   bool tool(const ToolCall& c) {
     if (!close()) return false;
@@ -64,9 +63,10 @@ class BlockWriter {
   bool close() {
     if (open_.empty()) return true;
     if (open_ == "thinking" &&
-        !write("content_block_delta", {{"type", "content_block_delta"},
-                                       {"index", index_},
-                                       {"delta", {{"type", "signature_delta"}, {"signature", ""}}}}))
+        !write("content_block_delta",
+               {{"type", "content_block_delta"},
+                {"index", index_},
+                {"delta", {{"type", "signature_delta"}, {"signature", ""}}}}))
       return false;
     open_.clear();
     return write("content_block_stop", {{"type", "content_block_stop"}, {"index", index_++}});
@@ -77,8 +77,9 @@ class BlockWriter {
   bool start(const std::string& kind) {
     if (!close()) return false;
     open_ = kind;
-    ojson block = kind == "thinking" ? ojson{{"type", "thinking"}, {"thinking", ""}, {"signature", ""}}
-                                     : ojson{{"type", "text"}, {"text", ""}};
+    ojson block = kind == "thinking"
+                      ? ojson{{"type", "thinking"}, {"thinking", ""}, {"signature", ""}}
+                      : ojson{{"type", "text"}, {"text", ""}};
     return write("content_block_start",
                  {{"type", "content_block_start"}, {"index", index_}, {"content_block", block}});
   }
@@ -112,8 +113,12 @@ void handle_messages(const Context& ctx, const httplib::Request& req, httplib::R
       for (const auto& c : d.tool_calls) content.push_back(tool_use_block(c, false));
       return true;
     });
-    ojson body = {{"id", id},           {"type", "message"},  {"role", "assistant"},
-                  {"model", ctx.model_id}, {"content", content}, {"stop_reason", stop_reason(s)}};
+    ojson body = {{"id", id},
+                  {"type", "message"},
+                  {"role", "assistant"},
+                  {"model", ctx.model_id},
+                  {"content", content},
+                  {"stop_reason", stop_reason(s)}};
     body["stop_sequence"] = nullptr;
     body["usage"] = usage(s, n_prompt);
     send_json(res, body);
@@ -134,7 +139,8 @@ void handle_messages(const Context& ctx, const httplib::Request& req, httplib::R
                        {"stop_reason", nullptr},
                        {"stop_sequence", nullptr},
                        {"usage", {{"input_tokens", n_prompt}, {"output_tokens", 0}}}};
-        if (!w.write("message_start", {{"type", "message_start"}, {"message", start}})) return false;
+        if (!w.write("message_start", {{"type", "message_start"}, {"message", start}}))
+          return false;
         RunSummary s;
         try {
           s = run_job(*ctx.engine, job, pipeline, [&](const Delta& d) {
@@ -143,8 +149,8 @@ void handle_messages(const Context& ctx, const httplib::Request& req, httplib::R
             return ok && sink.is_writable();
           });
         } catch (const ApiError& e) {
-          w.write("error", {{"type", "error"},
-                            {"error", {{"type", "api_error"}, {"message", e.what()}}}});
+          w.write("error",
+                  {{"type", "error"}, {"error", {{"type", "api_error"}, {"message", e.what()}}}});
           sink.done();
           return true;
         }

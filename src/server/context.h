@@ -35,8 +35,8 @@ struct PreparedChat {
 
 // Renders the template, tokenizes, checks the model name and the context length.
 PreparedChat prepare_chat(const Context& ctx, const ChatRequest& r);
-std::shared_ptr<Job> make_job(const Context& ctx, std::vector<int> prompt,
-                              const SamplingRequest& s, const std::string& prompt_field);
+std::shared_ptr<Job> make_job(const Context& ctx, std::vector<int> prompt, const SamplingRequest& s,
+                              const std::string& prompt_field);
 void check_model(const Context& ctx, const std::string& model);
 
 std::string new_id(const std::string& prefix);

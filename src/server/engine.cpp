@@ -52,7 +52,9 @@ int Engine::vocab_size() const {
   return tokenizer_.vocab_size();
 }
 
-void Engine::start() { thread_ = std::thread([this] { loop(); }); }
+void Engine::start() {
+  thread_ = std::thread([this] { loop(); });
+}
 
 void Engine::submit(std::shared_ptr<Job> job) {
   {

@@ -181,11 +181,10 @@ ojson empty_completion_logprobs() {
 void handle_completion(const Context& ctx, const httplib::Request& req, httplib::Response& res) {
   const CompletionRequest r = parse_completion_request(parse_body(req.body), ctx.options.defaults);
   check_model(ctx, r.s.model);
-  std::vector<int> prompt =
-      r.prompt ? ctx.engine->tokenizer().encode(*r.prompt) : r.prompt_tokens;
+  std::vector<int> prompt = r.prompt ? ctx.engine->tokenizer().encode(*r.prompt) : r.prompt_tokens;
   auto job = make_job(ctx, prompt, r.s, "prompt");
-  const std::string prefix = r.echo ? (r.prompt ? *r.prompt : ctx.engine->tokenizer().decode(prompt))
-                                    : "";
+  const std::string prefix =
+      r.echo ? (r.prompt ? *r.prompt : ctx.engine->tokenizer().decode(prompt)) : "";
   PipelineOptions popts;
   popts.stop = r.s.stop;
   const bool want_logprobs = r.s.top_logprobs >= 0;

@@ -28,8 +28,7 @@ void OutputPipeline::route(Delta& d, std::vector<Segment> segs) {
       for (auto& c : calls) d.tool_calls.push_back(std::move(c));
     } else {
       std::string& t = s.text;
-      if (o_.parse_tools && o_.tool_format == ToolFormat::kLlama3 && !any_content_ &&
-          !bare_json_) {
+      if (o_.parse_tools && o_.tool_format == ToolFormat::kLlama3 && !any_content_ && !bare_json_) {
         // Leading whitespace waits until the first visible character says JSON or text.
         size_t i = 0;
         while (i < t.size() && std::isspace(static_cast<unsigned char>(t[i]))) ++i;

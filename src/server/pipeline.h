@@ -25,9 +25,9 @@ struct Delta {
 struct PipelineOptions {
   std::vector<std::string> stop;
   ToolFormat tool_format = ToolFormat::kNone;
-  bool parse_tools = false;        // the request offered tools
-  bool split_reasoning = false;    // chat: <think> blocks go to `reasoning`
-  bool start_in_reasoning = false; // the prompt ends inside an open <think>
+  bool parse_tools = false;         // the request offered tools
+  bool split_reasoning = false;     // chat: <think> blocks go to `reasoning`
+  bool start_in_reasoning = false;  // the prompt ends inside an open <think>
 };
 
 class OutputPipeline {

@@ -14,7 +14,7 @@
 namespace lmx::server {
 
 struct CacheHit {
-  Cache cache;         // trimmed to hold exactly `reused` tokens
+  Cache cache;  // trimmed to hold exactly `reused` tokens
   size_t reused = 0;
 };
 

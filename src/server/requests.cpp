@@ -71,7 +71,7 @@ SamplingRequest sampling(const ojson& b, const SamplingDefaults& d, const char* 
     p.repetition_penalty = static_cast<float>(*v);
   }
   if (auto v = integer(b, "repetition_context_size")) {
-    if (*v < 0) bad_field("repetition_context_size", "must be >= 0");
+    if (*v <= 0) bad_field("repetition_context_size", "must be > 0");
     p.repetition_context_size = *v;
   }
   if (auto v = number(b, "presence_penalty")) p.presence_penalty = static_cast<float>(*v);
@@ -200,8 +200,9 @@ ChatRequest parse_chat_request(const ojson& b, const SamplingDefaults& d) {
       bad_field("response_format", "must be {type: text | json_object | json_schema}");
     const std::string type = rf["type"].get<std::string>();
     if (type == "json_object" || type == "json_schema")
-      bad_field("response_format", "type " + type + " needs constrained decoding, which this "
-                                   "server does not implement yet");
+      bad_field("response_format", "type " + type +
+                                       " needs constrained decoding, which this "
+                                       "server does not implement yet");
     if (type != "text") bad_field("response_format", "unknown type " + type);
   }
   if (boolean(b, "logprobs").value_or(false)) {
@@ -296,18 +297,18 @@ ChatRequest parse_anthropic_request(const ojson& b, const SamplingDefaults& d) {
       } else if (type == "tool_use") {
         if (!blk.contains("name") || !blk.contains("id"))
           bad_field(at + ".content", "a tool_use block needs id and name");
-        tool_calls.push_back({{"id", blk["id"]},
-                              {"type", "function"},
-                              {"function",
-                               {{"name", blk["name"]},
-                                {"arguments", blk.value("input", ojson::object())}}}});
+        tool_calls.push_back(
+            {{"id", blk["id"]},
+             {"type", "function"},
+             {"function",
+              {{"name", blk["name"]}, {"arguments", blk.value("input", ojson::object())}}}});
       } else if (type == "tool_result") {
         if (!blk.contains("tool_use_id"))
           bad_field(at + ".content", "a tool_result block needs tool_use_id");
         const std::string out =
             blk.contains("content") ? anthropic_text(blk["content"], at + ".content") : "";
-        messages.push_back({{"role", "tool"}, {"tool_call_id", blk["tool_use_id"]},
-                            {"content", out}});
+        messages.push_back(
+            {{"role", "tool"}, {"tool_call_id", blk["tool_use_id"]}, {"content", out}});
       } else if (type != "thinking" && type != "redacted_thinking") {
         bad_field(at + ".content", "unsupported content block type '" + type + "'");
       }
@@ -333,8 +334,9 @@ ChatRequest parse_anthropic_request(const ojson& b, const SamplingDefaults& d) {
   }
   if (b.contains("tool_choice") && b["tool_choice"].is_object()) {
     const std::string type = b["tool_choice"].value("type", "auto");
-    r.tool_choice = type == "any" ? "required" : type == "tool" ? b["tool_choice"].value("name", "")
-                                                                : type;
+    r.tool_choice = type == "any"    ? "required"
+                    : type == "tool" ? b["tool_choice"].value("name", "")
+                                     : type;
   }
   if (b.contains("thinking") && b["thinking"].is_object())
     r.template_kwargs["enable_thinking"] = b["thinking"].value("type", "") == "enabled";

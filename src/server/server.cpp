@@ -6,9 +6,12 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <ctime>
 #include <random>
+#include <thread>
 
 #include "core/error.h"
+#include "sampling/sampler.h"
 #include "server/api_error.h"
 #include "server/context.h"
 
@@ -19,12 +22,13 @@ void check_model(const Context& ctx, const std::string& model) {
   if (model.empty() || model == "default_model" || model == ctx.model_id ||
       model == ctx.options.model.string())
     return;
-  throw ApiError(404, "The model '" + model + "' does not exist; this server has '" +
-                          ctx.model_id + "'", "model", "invalid_request_error", "model_not_found");
+  throw ApiError(404,
+                 "The model '" + model + "' does not exist; this server has '" + ctx.model_id + "'",
+                 "model", "invalid_request_error", "model_not_found");
 }
 
-std::shared_ptr<Job> make_job(const Context& ctx, std::vector<int> prompt,
-                              const SamplingRequest& s, const std::string& prompt_field) {
+std::shared_ptr<Job> make_job(const Context& ctx, std::vector<int> prompt, const SamplingRequest& s,
+                              const std::string& prompt_field) {
   if (prompt.empty()) bad_field(prompt_field, "gives an empty prompt");
   const int vocab = ctx.engine->vocab_size();
   for (int t : prompt)
@@ -33,7 +37,14 @@ std::shared_ptr<Job> make_job(const Context& ctx, std::vector<int> prompt,
   for (const auto& [id, bias] : s.gen.processors.logit_bias)
     if (id >= vocab)
       bad_field("logit_bias", "has token id " + std::to_string(id) + " outside the vocabulary");
-  if (s.gen.sampler.top_k > vocab) bad_field("top_k", "is larger than the vocabulary");
+  if (s.gen.sampler.top_k >= vocab) bad_field("top_k", "must be smaller than the vocabulary");
+  try {
+    // The sampler's own checks, so that nothing the engine would refuse gets queued.
+    validate(s.gen.sampler, vocab);
+    validate(s.gen.processors);
+  } catch (const lmx::Error& e) {
+    throw ApiError(400, e.what());
+  }
   if (auto n = ctx.engine->info().max_position_embeddings) {
     if (static_cast<long>(prompt.size()) + s.gen.max_tokens > *n)
       throw ApiError(400,
@@ -52,8 +63,10 @@ std::shared_ptr<Job> make_job(const Context& ctx, std::vector<int> prompt,
 PreparedChat prepare_chat(const Context& ctx, const ChatRequest& r) {
   check_model(ctx, r.s.model);
   if (!ctx.chat_template)
-    throw ApiError(400, "the model has no chat template (" + ctx.template_error +
-                            "); pass --chat-template or use /v1/completions", "messages");
+    throw ApiError(400,
+                   "the model has no chat template (" + ctx.template_error +
+                       "); pass --chat-template or use /v1/completions",
+                   "messages");
   chat::TemplateOptions topt;
   topt.add_generation_prompt = r.messages.back().value("role", "") != "assistant";
   const bool use_tools = r.tools && r.tool_choice != "none";
@@ -89,9 +102,7 @@ std::string new_id(const std::string& prefix) {
   return prefix + buf;
 }
 
-std::string token_text(const Context& ctx, int id) {
-  return ctx.engine->tokenizer().decode({id});
-}
+std::string token_text(const Context& ctx, int id) { return ctx.engine->tokenizer().decode({id}); }
 
 bool write_sse(httplib::DataSink& sink, const ojson& data, const std::string& event) {
   std::string s;
@@ -187,8 +198,9 @@ int serve(const ServerOptions& o) {
     if (!o.chat_template.empty()) throw;
     ctx.template_error = e.what();
   }
-  const std::string source = o.chat_template.empty() ? ctx.engine->tokenizer().chat_template()
-                                                     : chat::read_chat_template_arg(o.chat_template);
+  const std::string source = o.chat_template.empty()
+                                 ? ctx.engine->tokenizer().chat_template()
+                                 : chat::read_chat_template_arg(o.chat_template);
   ctx.tool_format = detect_tool_format(source);
 
   httplib::Server http;
@@ -216,23 +228,26 @@ int serve(const ServerOptions& o) {
     else
       send_error(req, res, ApiError(res.status, "HTTP error " + std::to_string(res.status)));
   });
+  http.set_logger([&ctx](const httplib::Request& req, const httplib::Response& res) {
+    log(ctx, "INFO", req.method + " " + req.path + " " + std::to_string(res.status));
+  });
   http.Get("/health", [](const httplib::Request&, httplib::Response& res) {
     res.set_content(R"({"status":"ok"})", "application/json");
   });
-  const ojson model_card = {{"id", ctx.model_id}, {"object", "model"}, {"created", ctx.created},
-                            {"owned_by", "lmx"}};
+  const ojson model_card = {
+      {"id", ctx.model_id}, {"object", "model"}, {"created", ctx.created}, {"owned_by", "lmx"}};
   http.Get("/v1/models", [model_card](const httplib::Request&, httplib::Response& res) {
     send_json(res, {{"object", "list"}, {"data", ojson::array({model_card})}});
   });
-  http.Get(R"(/v1/models/(.+))", [&ctx, model_card](const httplib::Request& req,
-                                                     httplib::Response& res) {
-    try {
-      check_model(ctx, req.matches[1]);
-      send_json(res, model_card);
-    } catch (const ApiError& e) {
-      send_error(req, res, e);
-    }
-  });
+  http.Get(R"(/v1/models/(.+))",
+           [&ctx, model_card](const httplib::Request& req, httplib::Response& res) {
+             try {
+               check_model(ctx, req.matches[1]);
+               send_json(res, model_card);
+             } catch (const ApiError& e) {
+               send_error(req, res, e);
+             }
+           });
   http.Post("/v1/chat/completions", guarded(ctx, handle_chat));
   http.Post("/chat/completions", guarded(ctx, handle_chat));
   http.Post("/v1/completions", guarded(ctx, handle_completion));

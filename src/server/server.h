@@ -16,9 +16,9 @@ struct ServerOptions {
   std::string host = "127.0.0.1";
   int port = 8080;
   SamplingDefaults defaults;
-  std::string chat_template;             // --chat-template: a file or the template text
+  std::string chat_template;              // --chat-template: a file or the template text
   std::string chat_template_args = "{}";  // --chat-template-args: JSON object
-  std::string api_key;                   // empty: no authentication
+  std::string api_key;                    // empty: no authentication
   size_t max_body_bytes = 32u << 20;
   size_t prompt_cache_entries = 10;
   std::optional<size_t> prompt_cache_bytes;

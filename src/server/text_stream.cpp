@@ -91,8 +91,7 @@ std::vector<Segment> OutputSplitter::push(const std::string& text) {
       pending_.erase(0, end + m_.think_end.size());
       state_ = kNormal;
     } else {
-      const size_t end =
-          m_.tool_end.empty() ? std::string::npos : pending_.find(m_.tool_end);
+      const size_t end = m_.tool_end.empty() ? std::string::npos : pending_.find(m_.tool_end);
       if (end == std::string::npos) return out;
       emit(out, Segment::kToolCall, pending_.substr(0, end));
       pending_.erase(0, end + m_.tool_end.size());

@@ -1,8 +1,8 @@
 #include "server/tool_calls.h"
 
 #include <cctype>
-#include <optional>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 namespace lmx::server {
 
@@ -22,26 +22,41 @@ ToolFormat detect_tool_format(const std::string& src) {
 
 const char* tool_format_name(ToolFormat f) {
   switch (f) {
-    case ToolFormat::kHermes: return "hermes";
-    case ToolFormat::kLlama3: return "llama3";
-    case ToolFormat::kMistral: return "mistral";
-    case ToolFormat::kGemma: return "gemma";
-    case ToolFormat::kGemma4: return "gemma4";
-    default: return "none";
+    case ToolFormat::kHermes:
+      return "hermes";
+    case ToolFormat::kLlama3:
+      return "llama3";
+    case ToolFormat::kMistral:
+      return "mistral";
+    case ToolFormat::kGemma:
+      return "gemma";
+    case ToolFormat::kGemma4:
+      return "gemma4";
+    default:
+      return "none";
   }
 }
 
 OutputSplitter::Markers output_markers(ToolFormat f) {
   OutputSplitter::Markers m;
   switch (f) {
-    case ToolFormat::kHermes: m.tool_start = "<tool_call>", m.tool_end = "</tool_call>"; break;
-    case ToolFormat::kLlama3: m.tool_start = "<|python_tag|>"; break;
-    case ToolFormat::kMistral: m.tool_start = "[TOOL_CALLS]"; break;
+    case ToolFormat::kHermes:
+      m.tool_start = "<tool_call>", m.tool_end = "</tool_call>";
+      break;
+    case ToolFormat::kLlama3:
+      m.tool_start = "<|python_tag|>";
+      break;
+    case ToolFormat::kMistral:
+      m.tool_start = "[TOOL_CALLS]";
+      break;
     case ToolFormat::kGemma:
       m.tool_start = "<start_function_call>", m.tool_end = "<end_function_call>";
       break;
-    case ToolFormat::kGemma4: m.tool_start = "<|tool_call>", m.tool_end = "<tool_call|>"; break;
-    default: break;
+    case ToolFormat::kGemma4:
+      m.tool_start = "<|tool_call>", m.tool_end = "<tool_call|>";
+      break;
+    default:
+      break;
   }
   return m;
 }
@@ -147,8 +162,10 @@ std::vector<ToolCall> gemma_calls(const std::string& text, const std::string& es
         for (; q < text.size(); ++q) {
           const char c = text[q];
           if (c == '[' || c == '{') ++depth;
-          if ((c == ']' || c == '}') && depth > 0) --depth;
-          else if (depth == 0 && (c == ',' || c == '}')) break;
+          if ((c == ']' || c == '}') && depth > 0)
+            --depth;
+          else if (depth == 0 && (c == ',' || c == '}'))
+            break;
         }
         const std::string raw = trim(text.substr(p, q - p));
         auto v = parse_json(raw);
@@ -178,14 +195,18 @@ std::vector<ToolCall> parse_bare_json_call(const std::string& text) {
 std::vector<ToolCall> parse_tool_block(ToolFormat f, const std::string& block) {
   switch (f) {
     case ToolFormat::kHermes:
-    case ToolFormat::kLlama3: return calls_from_json(block);
+    case ToolFormat::kLlama3:
+      return calls_from_json(block);
     case ToolFormat::kMistral: {
       auto calls = calls_from_json(block);
       return calls.empty() ? mistral_headers(block) : calls;
     }
-    case ToolFormat::kGemma: return gemma_calls(block, "<escape>");
-    case ToolFormat::kGemma4: return gemma_calls(block, "<|\"|>");
-    default: return {};
+    case ToolFormat::kGemma:
+      return gemma_calls(block, "<escape>");
+    case ToolFormat::kGemma4:
+      return gemma_calls(block, "<|\"|>");
+    default:
+      return {};
   }
 }
 

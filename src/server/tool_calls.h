@@ -1,7 +1,7 @@
 // Tool calls in each model family's native output format, parsed into OpenAI function calls.
-//   hermes  <tool_call>{"name": ..., "arguments": {...}}</tool_call>   (Qwen 2.5/3, Hermes, SmolLM3)
-//   llama3  <|python_tag|>{"name": ..., "parameters": {...}} or a bare JSON object as the output
-//   mistral [TOOL_CALLS][{"name": ..., "arguments": {...}}] or [TOOL_CALLS]name[ARGS]{...}
+//   hermes  <tool_call>{"name": ..., "arguments": {...}}</tool_call>   (Qwen 2.5/3, Hermes,
+//   SmolLM3) llama3  <|python_tag|>{"name": ..., "parameters": {...}} or a bare JSON object as the
+//   output mistral [TOOL_CALLS][{"name": ..., "arguments": {...}}] or [TOOL_CALLS]name[ARGS]{...}
 //   gemma   <start_function_call>call:name{key:<escape>text<escape>,n:1}<end_function_call>
 //   gemma4  <|tool_call>call:name{key:<|"|>text<|"|>,n:1}<tool_call|>
 #pragma once
@@ -21,7 +21,7 @@ const char* tool_format_name(ToolFormat f);
 OutputSplitter::Markers output_markers(ToolFormat f);
 
 struct ToolCall {
-  std::string id;         // the model's own id when it gave one, else empty
+  std::string id;  // the model's own id when it gave one, else empty
   std::string name;
   std::string arguments;  // a JSON object, serialized
 };

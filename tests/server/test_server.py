@@ -12,8 +12,7 @@ import os
 import signal
 import socket
 import subprocess
-import sys
-import threading
+import tempfile
 import time
 import unittest
 from concurrent.futures import ThreadPoolExecutor
@@ -36,13 +35,15 @@ def free_port():
 class Server:
     def __init__(self, *flags):
         self.port = free_port()
+        # A file, not a pipe: a full pipe nobody reads would block the server's logging.
+        self.log = tempfile.TemporaryFile()
         self.proc = subprocess.Popen([BINARY, "serve", "--model", MODEL, "--port", str(self.port),
-                                      "--log-level", "WARNING", *flags],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                                      *flags], stdout=subprocess.DEVNULL, stderr=self.log)
         deadline = time.time() + 120
         while time.time() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError("lmx serve exited: " + self.proc.stderr.read().decode())
+                self.log.seek(0)
+                raise RuntimeError("lmx serve exited: " + self.log.read().decode())
             try:
                 if self.request("GET", "/health")[0] == 200:
                     return
@@ -71,7 +72,7 @@ class Server:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             self.proc.wait(timeout=30)
-        self.proc.stderr.close()
+        self.log.close()
         return self.proc.returncode
 
 
@@ -95,6 +96,16 @@ class Reference:
         return self.tok.decode(toks), toks
 
 
+_reference = None
+
+
+def reference():
+    global _reference
+    if _reference is None:
+        _reference = Reference()
+    return _reference
+
+
 def chat(q):
     return [{"role": "user", "content": q}]
 
@@ -102,7 +113,7 @@ def chat(q):
 class ServeTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.ref = Reference()
+        cls.ref = reference()
         cls.server = Server("--max-tokens", str(MAX))
         cls.oai = openai.OpenAI(base_url=cls.server.url + "/v1", api_key="none")
         cls.claude = anthropic.Anthropic(base_url=cls.server.url, api_key="none")
@@ -295,10 +306,83 @@ class ServeTest(unittest.TestCase):
         self.assertLess(time.time() - t, 60)
 
 
-class AuthAndLimitsTest(unittest.TestCase):
-    def test_api_key_body_limit_and_sigterm(self):
-        srv = Server("--api-key", "sekrit", "--max-body-bytes", "2000")
+# A prompt of three Hermes tool calls: the model continues the pattern with a fourth.
+TOOL_PROMPT = "".join(
+    '<tool_call>{"name": "get_weather", "arguments": {"city": "%s"}}</tool_call>\n' % c
+    for c in ("Paris", "Oslo", "Rome"))
+TOOLS = [{"type": "function", "function": {
+    "name": "get_weather", "parameters": {"type": "object",
+                                          "properties": {"city": {"type": "string"}}}}}]
+
+
+class ToolCallTest(unittest.TestCase):
+    """The model's own tool-call text, parsed by the server, against mlx_lm's greedy output of
+    the same prompt parsed by mlx_lm's Hermes parser (mlx_lm.tool_parsers.json_tools)."""
+
+    @classmethod
+    def setUpClass(cls):
+        from mlx_lm.tool_parsers import json_tools
+        ref = reference()
+        text, _ = ref.greedy(ref.tok.encode(TOOL_PROMPT, add_special_tokens=False), 40)
+        block = text[:text.index("\n")]
+        assert block.startswith("<tool_call>") and block.endswith("</tool_call>"), text
+        cls.want = json_tools.parse_tool_call(block[len("<tool_call>"):-len("</tool_call>")])
+        cls.server = Server("--chat-template", "{% raw %}" + TOOL_PROMPT + "{% endraw %}")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.server.stop()
+
+    def test_openai_tool_calls(self):
+        client = openai.OpenAI(base_url=self.server.url + "/v1", api_key="none")
+        args = dict(model=MODEL, messages=chat("weather?"), tools=TOOLS, max_tokens=40,
+                    stop=["\n"], temperature=0)
+        r = client.chat.completions.create(**args)
+        self.assertEqual(r.choices[0].finish_reason, "tool_calls")
+        self.assertIsNone(r.choices[0].message.content)
+        (call,) = r.choices[0].message.tool_calls
+        self.assertEqual(call.function.name, self.want["name"])
+        self.assertEqual(json.loads(call.function.arguments), self.want["arguments"])
+        chunks = list(client.chat.completions.create(**args, stream=True))
+        calls = [tc for c in chunks for tc in (c.choices[0].delta.tool_calls or [])]
+        self.assertEqual([(c.index, c.function.name, json.loads(c.function.arguments))
+                          for c in calls], [(0, self.want["name"], self.want["arguments"])])
+        self.assertEqual(chunks[-1].choices[0].finish_reason, "tool_calls")
+        # tool_choice none: no tools in the prompt and no parsing, the text comes back as is.
+        r = client.chat.completions.create(**args, tool_choice="none")
+        self.assertTrue(r.choices[0].message.content.startswith("<tool_call>"))
+        self.assertFalse(r.choices[0].message.tool_calls)
+
+    def test_anthropic_tool_use(self):
+        client = anthropic.Anthropic(base_url=self.server.url, api_key="none")
+        args = dict(model=MODEL, max_tokens=40, messages=chat("weather?"), stop_sequences=["\n"],
+                    tools=[{"name": "get_weather", "input_schema": TOOLS[0]["function"]["parameters"]}])
+        m = client.messages.create(**args)
+        self.assertEqual(m.stop_reason, "tool_use")
+        (block,) = [b for b in m.content if b.type == "tool_use"]
+        self.assertEqual((block.name, block.input), (self.want["name"], self.want["arguments"]))
+        with client.messages.stream(**args) as s:
+            final = s.get_final_message()
+        (block,) = [b for b in final.content if b.type == "tool_use"]
+        self.assertEqual((block.name, block.input), (self.want["name"], self.want["arguments"]))
+        self.assertEqual(final.stop_reason, "tool_use")
+
+
+class FlagsTest(unittest.TestCase):
+    def test_api_key_body_limit_template_flags_and_sigterm(self):
+        from transformers import AutoTokenizer
+        tok = AutoTokenizer.from_pretrained(MODEL)
+        template = "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}\n{% endfor %}{{ cue }}"
+        srv = Server("--api-key", "sekrit", "--max-body-bytes", "2000", "--chat-template",
+                     template, "--chat-template-args", '{"cue": "Answer:"}')
         try:
+            client = openai.OpenAI(base_url=srv.url + "/v1", api_key="sekrit")
+            for kwargs, cue in ((None, "Answer:"), ({"cue": "Reply in French:"}, "Reply in French:")):
+                r = client.chat.completions.create(
+                    model=MODEL, messages=chat("hi"), max_tokens=1,
+                    extra_body={"chat_template_kwargs": kwargs} if kwargs else None)
+                want = tok.encode("<user>hi\n" + cue, add_special_tokens=False)
+                self.assertEqual(r.usage.prompt_tokens, len(want), cue)
             body = {"prompt": "Hi", "max_tokens": 1}
             s, e = srv.request("POST", "/v1/completions", body)
             self.assertEqual((s, e["error"]["code"]), (401, "invalid_api_key"))
@@ -307,7 +391,6 @@ class AuthAndLimitsTest(unittest.TestCase):
             self.assertEqual(s, 401)
             s, _ = srv.request("POST", "/v1/completions", body, {"Authorization": "Bearer sekrit"})
             self.assertEqual(s, 200)
-            client = openai.OpenAI(base_url=srv.url + "/v1", api_key="sekrit")
             self.assertEqual(client.completions.create(model=MODEL, prompt="Hi", max_tokens=1)
                              .usage.completion_tokens, 1)
             s, e = srv.request("POST", "/v1/completions", {"prompt": "x" * 5000},
@@ -315,6 +398,16 @@ class AuthAndLimitsTest(unittest.TestCase):
             self.assertEqual(s, 413)
         finally:
             self.assertEqual(srv.stop(), 0)
+
+
+    def test_refused_flags(self):
+        for flags, words in ((["--adapter-path", "x"], "LoRA"),
+                             (["--chat-template-args", "[1]"], "--chat-template-args"),
+                             (["--port", "0"], "--port")):
+            r = subprocess.run([BINARY, "serve", "--model", MODEL, *flags], capture_output=True,
+                               text=True, timeout=120)
+            self.assertEqual(r.returncode, 1, flags)
+            self.assertIn(words, r.stderr)
 
 
 if __name__ == "__main__":

@@ -24,8 +24,8 @@ using ojson = nlohmann::ordered_json;
 namespace mx = mlx::core;
 
 // Feeds `text` in pieces of `step` bytes and joins what comes out.
-std::string stop_stream(const std::vector<std::string>& stops, const std::string& text,
-                        size_t step, bool* stopped = nullptr) {
+std::string stop_stream(const std::vector<std::string>& stops, const std::string& text, size_t step,
+                        bool* stopped = nullptr) {
   StopMatcher m(stops);
   std::string out;
   for (size_t i = 0; i < text.size(); i += step) out += m.push(text.substr(i, step));
@@ -154,7 +154,8 @@ Delta pipe(PipelineOptions o, const std::string& text, size_t step) {
     all.reasoning += d.reasoning;
     for (auto& c : d.tool_calls) all.tool_calls.push_back(c);
   };
-  for (size_t i = 0; i < text.size(); i += step) add(p.push(TokenEvent{1, text.substr(i, step), 0, {}}));
+  for (size_t i = 0; i < text.size(); i += step)
+    add(p.push(TokenEvent{1, text.substr(i, step), 0, {}}));
   add(p.flush());
   return all;
 }
