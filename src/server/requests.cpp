@@ -99,6 +99,15 @@ SamplingRequest sampling(const ojson& b, const SamplingDefaults& d, const char* 
   return s;
 }
 
+// chat_template_kwargs (mlx_lm.server's extension, also taken on /v1/messages).
+ojson template_kwargs(const ojson& b) {
+  if (!b.contains("chat_template_kwargs") || b["chat_template_kwargs"].is_null())
+    return ojson::object();
+  if (!b["chat_template_kwargs"].is_object())
+    bad_field("chat_template_kwargs", "must be an object");
+  return b["chat_template_kwargs"];
+}
+
 // What mlx_lm.server hands the template: content parts joined into one string, null content
 // as "", tool-call arguments given as a JSON string parsed into an object.
 void normalize_messages(ojson& messages) {
@@ -181,11 +190,7 @@ ChatRequest parse_chat_request(const ojson& b, const SamplingDefaults& d) {
       bad_field("tool_choice", "must be auto, none, required or {type: function, ...}");
     }
   }
-  if (b.contains("chat_template_kwargs") && !b["chat_template_kwargs"].is_null()) {
-    if (!b["chat_template_kwargs"].is_object())
-      bad_field("chat_template_kwargs", "must be an object");
-    r.template_kwargs = b["chat_template_kwargs"];
-  }
+  r.template_kwargs = template_kwargs(b);
   if (auto effort = string(b, "reasoning_effort")) {
     if (*effort != "none" && *effort != "minimal" && *effort != "low" && *effort != "medium" &&
         *effort != "high")
@@ -338,6 +343,7 @@ ChatRequest parse_anthropic_request(const ojson& b, const SamplingDefaults& d) {
                     : type == "tool" ? b["tool_choice"].value("name", "")
                                      : type;
   }
+  r.template_kwargs = template_kwargs(b);
   if (b.contains("thinking") && b["thinking"].is_object())
     r.template_kwargs["enable_thinking"] = b["thinking"].value("type", "") == "enabled";
   return r;

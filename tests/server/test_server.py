@@ -310,14 +310,18 @@ class ServeTest(unittest.TestCase):
 TOOL_PROMPT = "".join(
     '<tool_call>{"name": "get_weather", "arguments": {"city": "%s"}}</tool_call>\n' % c
     for c in ("Paris", "Oslo", "Rome"))
+# A prompt that ends inside an open <think>: the model closes it and answers.
+THINK_PROMPT = "".join("<think>The user asks for a %s.</think>%s\n" % p
+                       for p in (("color", "Blue."), ("fruit", "Apple."))) + "<think>"
 TOOLS = [{"type": "function", "function": {
     "name": "get_weather", "parameters": {"type": "object",
                                           "properties": {"city": {"type": "string"}}}}}]
 
 
-class ToolCallTest(unittest.TestCase):
-    """The model's own tool-call text, parsed by the server, against mlx_lm's greedy output of
-    the same prompt parsed by mlx_lm's Hermes parser (mlx_lm.tool_parsers.json_tools)."""
+class ModelWrittenFormatsTest(unittest.TestCase):
+    """Tool calls and reasoning the model itself writes (prompts that make it continue a
+    pattern), split by the server, against mlx_lm's greedy output of the same prompt, split by
+    mlx_lm's Hermes parser (mlx_lm.tool_parsers.json_tools) and at </think>."""
 
     @classmethod
     def setUpClass(cls):
@@ -327,7 +331,12 @@ class ToolCallTest(unittest.TestCase):
         block = text[:text.index("\n")]
         assert block.startswith("<tool_call>") and block.endswith("</tool_call>"), text
         cls.want = json_tools.parse_tool_call(block[len("<tool_call>"):-len("</tool_call>")])
-        cls.server = Server("--chat-template", "{% raw %}" + TOOL_PROMPT + "{% endraw %}")
+        text, _ = ref.greedy(ref.tok.encode(THINK_PROMPT, add_special_tokens=False), 24)
+        cls.want_reasoning, cls.want_answer = text[:text.index("\n")].split("</think>")
+        # One template, two prompts, picked by a chat_template_kwargs entry.
+        cls.server = Server("--chat-template",
+                            "{% if mode == 'think' %}{% raw %}" + THINK_PROMPT + "{% endraw %}"
+                            "{% else %}{% raw %}" + TOOL_PROMPT + "{% endraw %}{% endif %}")
 
     @classmethod
     def tearDownClass(cls):
@@ -352,6 +361,25 @@ class ToolCallTest(unittest.TestCase):
         r = client.chat.completions.create(**args, tool_choice="none")
         self.assertTrue(r.choices[0].message.content.startswith("<tool_call>"))
         self.assertFalse(r.choices[0].message.tool_calls)
+
+    def test_reasoning_is_split_off(self):
+        client = openai.OpenAI(base_url=self.server.url + "/v1", api_key="none")
+        args = dict(model=MODEL, messages=chat("dessert?"), max_tokens=24, stop=["\n"],
+                    temperature=0, extra_body={"chat_template_kwargs": {"mode": "think"}})
+        m = client.chat.completions.create(**args).choices[0].message
+        self.assertEqual((m.reasoning_content, m.content), (self.want_reasoning, self.want_answer))
+        chunks = list(client.chat.completions.create(**args, stream=True))
+        deltas = [c.choices[0].delta for c in chunks if c.choices]
+        self.assertEqual("".join(getattr(d, "reasoning_content", None) or "" for d in deltas),
+                         self.want_reasoning)
+        self.assertEqual("".join(d.content or "" for d in deltas), self.want_answer)
+        claude = anthropic.Anthropic(base_url=self.server.url, api_key="none")
+        msg = claude.messages.create(model=MODEL, max_tokens=24, messages=chat("dessert?"),
+                                     stop_sequences=["\n"], extra_body={
+                                         "chat_template_kwargs": {"mode": "think"}})
+        self.assertEqual([(b.type, getattr(b, "thinking", None) or getattr(b, "text", None))
+                          for b in msg.content],
+                         [("thinking", self.want_reasoning), ("text", self.want_answer)])
 
     def test_anthropic_tool_use(self):
         client = anthropic.Anthropic(base_url=self.server.url, api_key="none")
