@@ -45,6 +45,8 @@ std::shared_ptr<const CompiledTemplate> compile(const std::string& source,
     t->body = parse(source);
   } catch (const TemplateError& e) {
     fail(kWhere, origin, " line ", e.line, ": ", e.what());
+  } catch (const std::exception& e) {  // a bug of ours must still name the template
+    fail(kWhere, origin, ": ", e.what());
   }
   return t;
 }
@@ -182,6 +184,10 @@ std::string ChatTemplate::render(const json& messages, const TemplateOptions& op
   } catch (const TemplateError& e) {
     if (e.line == 0) fail(kWhere, origin_, ": ", e.what());
     fail(kWhere, origin_, " line ", e.line, ": ", e.what());
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {  // a bug of ours must still name the template
+    fail(kWhere, origin_, ": ", e.what());
   }
 }
 

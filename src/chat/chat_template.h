@@ -22,8 +22,8 @@ using json = ojson;
 struct TemplateOptions {
   bool add_generation_prompt = true;
   std::optional<json> tools;  // OpenAI-style tools array, passed to the template as `tools`
-  json kwargs =
-      json::object();  // chat_template_kwargs / --chat-template-args: enable_thinking, ...
+  // chat_template_kwargs / --chat-template-args: enable_thinking, ...
+  json kwargs = json::object();
 };
 
 struct CompiledTemplate;
@@ -47,6 +47,7 @@ class ChatTemplate {
   // messages: OpenAI-style array of {role, content (string or parts), tool_calls, tool_call_id,
   // reasoning_content, ...}. Keys with null values are dropped and reasoning fields aliased as
   // transformers does. Throws lmx::Error with the template line (raise_exception text included).
+  // Thread-safe: a compiled template is immutable and each call renders with its own state.
   std::string render(const json& messages, const TemplateOptions& options = {}) const;
 
   // The same template with another source (--chat-template), keeping the special tokens.

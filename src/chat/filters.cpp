@@ -262,7 +262,8 @@ Value attribute_path(const Value& v, const std::string& path) {
     const std::string part =
         path.substr(pos, dot == std::string::npos ? std::string::npos : dot - pos);
     const bool digits = !part.empty() && std::all_of(part.begin(), part.end(), ::isdigit);
-    cur = get_item(cur, digits ? Value::integer(std::stoll(part)) : Value::string(part));
+    cur = get_item(
+        cur, digits && part.size() < 19 ? Value::integer(std::stoll(part)) : Value::string(part));
     if (dot == std::string::npos) return cur;
     pos = dot + 1;
   }

@@ -295,11 +295,17 @@ class Renderer {
     return Flow::Normal;
   }
 
+  // The macro refers to its defining scope without owning it: the scope holds the macro, so
+  // owning it would be a reference cycle. The renderer keeps such scopes alive until render()
+  // returns, and macros cannot outlive a render (its result is a string).
   Value make_macro(const Stmt& s, const ScopePtr& defining, const std::string& name) {
     const Stmt* st = &s;
-    Value m = Value::function(name, [this, st, defining](const CallArgs& a) {
+    if (pinned_.empty() || pinned_.back() != defining) pinned_.push_back(defining);
+    std::weak_ptr<Scope> parent = defining;
+    Value m = Value::function(name, [this, st, parent](const CallArgs& a) {
       if (++depth_ > 256) throw TemplateError("maximum macro recursion depth exceeded");
-      ScopePtr scope = child(defining);
+      ScopePtr scope = std::make_shared<Scope>();
+      scope->parent = parent.lock();
       List varargs;
       Value kwargs = Value::make_dict();
       for (size_t k = 0; k < a.positional.size(); ++k) {
@@ -446,6 +452,7 @@ class Renderer {
   }
 
   int depth_ = 0;
+  std::vector<ScopePtr> pinned_;  // scopes that macros were defined in
 };
 
 }  // namespace

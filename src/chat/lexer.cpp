@@ -47,7 +47,17 @@ std::string unescape(const std::string& body, int line) {
     const char c = body[++i];
     const auto hex = [&](size_t n) {
       if (i + n >= body.size()) throw TemplateError("truncated \\x/\\u escape", line);
-      const uint32_t cp = static_cast<uint32_t>(std::stoul(body.substr(i + 1, n), nullptr, 16));
+      uint32_t cp = 0;
+      for (size_t k = 1; k <= n; ++k) {
+        const char h = body[i + k];
+        if (!std::isxdigit(static_cast<unsigned char>(h)))
+          throw TemplateError("bad \\x/\\u escape", line);
+        cp = cp * 16 + static_cast<uint32_t>(std::isdigit(static_cast<unsigned char>(h))
+                                                 ? h - '0'
+                                                 : (h | 0x20) - 'a' + 10);
+      }
+      if (cp > 0x10FFFF || (cp >= 0xD800 && cp < 0xE000))
+        throw TemplateError("bad code point in \\U escape", line);
       i += n;
       tok::append_utf8(out, static_cast<char32_t>(cp));
     };

@@ -8,6 +8,14 @@ namespace lmx::chat {
 
 using T = Token::Type;
 
+int64_t Parser::int_literal(const std::string& digits) const {
+  try {
+    return std::stoll(digits);
+  } catch (const std::exception&) {
+    error("integer literal " + digits + " does not fit in 64 bits");
+  }
+}
+
 ExprPtr Parser::parse_tuple(bool with_condexpr, bool explicit_parens) {
   const int line = cur().line;
   std::vector<ExprPtr> items;
@@ -162,10 +170,10 @@ ExprPtr Parser::parse_primary() {
       return e;
     }
     case T::Int:
-      e->value = Value::integer(std::stoll(tk.value));
+      e->value = Value::integer(int_literal(tk.value));
       return e;
     case T::Float:
-      e->value = Value::number(std::stod(tk.value));
+      e->value = Value::number(std::strtod(tk.value.c_str(), nullptr));  // 1e999 -> inf, as Python
       return e;
     case T::Op:
       if (tk.value == "(") {
@@ -209,7 +217,7 @@ ExprPtr Parser::parse_postfix(ExprPtr e) {
         auto item = node(Expr::Kind::Item, line);
         item->items.push_back(std::move(e));
         auto idx = node(Expr::Kind::Literal, line);
-        idx->value = Value::integer(std::stoll(next().value));
+        idx->value = Value::integer(int_literal(next().value));
         item->items.push_back(std::move(idx));
         e = std::move(item);
       } else {

@@ -84,6 +84,7 @@ class Parser {
   ExprPtr parse_unary(bool with_filter);
 
   ExprPtr parse_primary();
+  int64_t int_literal(const std::string& digits) const;
 
   ExprPtr parse_postfix(ExprPtr e);
 

@@ -176,7 +176,7 @@ std::string str_format(const std::string& fmt, const CallArgs& a) {
       if (field.empty())
         v = a.get(auto_idx++, "\x01");
       else if (std::isdigit(static_cast<unsigned char>(field[0])))
-        v = a.get(std::stoul(field), "\x01");
+        v = field.size() < 10 ? a.get(std::stoul(field), "\x01") : nullptr;
       else
         v = a.get(static_cast<size_t>(-1), field);
       if (!v) throw TemplateError("format(): missing argument '" + field + "'");

@@ -4,6 +4,7 @@
 
 #include <fstream>
 #include <map>
+#include <random>
 #include <sstream>
 
 #include "chat/chat_template.h"
@@ -194,6 +195,52 @@ TEST(ChatTemplate, AcceptsLmxJson) {
   const std::string sorted = t.render(ojson::parse(lmx::json::parse(msgs).dump()), b);
   EXPECT_EQ(from_lmx.substr(0, from_lmx.find('|')), sorted.substr(0, sorted.find('|')));
   EXPECT_NE(from_lmx, t.render(ojson::parse(msgs), b));  // the ordered input keeps its order
+}
+
+}  // namespace
+
+namespace {
+
+// Mutated real templates (truncated, cut, duplicated spans, stray delimiters) either render or
+// fail with lmx::Error: no other exception, crash or hang. Deterministic (fixed seed).
+TEST(ChatTemplate, MutatedTemplatesFailCleanly) {
+  const ojson& fx = fixtures();
+  std::vector<std::string> sources;
+  for (const auto& [name, t] : fx.at("templates").items())
+    sources.push_back(t.at("source").get<std::string>());
+  ASSERT_FALSE(sources.empty());
+  const ojson msgs = fx.at("cases").at(fx.at("cases").size() / 2).at("messages");
+  TemplateOptions opt;
+  opt.tools =
+      ojson::parse(R"([{"type": "function", "function": {"name": "f", "parameters": {}}}])");
+  std::mt19937 rng(1234);
+  size_t rendered = 0, errors = 0;
+  for (int it = 0; it < 3000; ++it) {
+    std::string s = sources[rng() % sources.size()];
+    if (s.empty()) continue;
+    const size_t a = rng() % s.size(), b = std::min(s.size(), a + rng() % 40);
+    switch (rng() % 4) {
+      case 0:
+        s.resize(a);
+        break;
+      case 1:
+        s.erase(a, b - a);
+        break;
+      case 2:
+        s.insert(a, s.substr(a, b - a));
+        break;
+      default:
+        s[a] = "{}%#-+|.()[]'\"\\~*/"[rng() % 19];
+    }
+    try {
+      ChatTemplate::from_source(s, "<s>", "</s>").render(msgs, opt);
+      ++rendered;
+    } catch (const lmx::Error&) {
+      ++errors;
+    }
+  }
+  EXPECT_GT(rendered, 0u);
+  EXPECT_GT(errors, 0u);
 }
 
 }  // namespace
