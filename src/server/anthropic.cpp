@@ -166,4 +166,14 @@ void handle_messages(const Context& ctx, const httplib::Request& req, httplib::R
       });
 }
 
+// POST /v1/messages/count_tokens: the prompt the request would run, counted (max_tokens is not
+// part of this request).
+void handle_count_tokens(const Context& ctx, const httplib::Request& req, httplib::Response& res) {
+  ojson body = parse_body(req.body);
+  if (!body.contains("max_tokens")) body["max_tokens"] = 0;
+  const ChatRequest r = parse_anthropic_request(body, ctx.options.defaults);
+  const PreparedChat p = prepare_chat(ctx, r);
+  send_json(res, {{"input_tokens", p.job->prompt.size()}});
+}
+
 }  // namespace lmx::server

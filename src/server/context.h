@@ -50,5 +50,6 @@ void send_json(httplib::Response& res, const ojson& body);
 void handle_chat(const Context& ctx, const httplib::Request& req, httplib::Response& res);
 void handle_completion(const Context& ctx, const httplib::Request& req, httplib::Response& res);
 void handle_messages(const Context& ctx, const httplib::Request& req, httplib::Response& res);
+void handle_count_tokens(const Context& ctx, const httplib::Request& req, httplib::Response& res);
 
 }  // namespace lmx::server

@@ -132,7 +132,7 @@ ojson error_body(const ApiError& e) {
 void send_error(const httplib::Request& req, httplib::Response& res, const ApiError& e) {
   res.status = e.status;
   ojson body = error_body(e);
-  if (req.path == "/v1/messages") {
+  if (req.path.rfind("/v1/messages", 0) == 0) {
     // Anthropic's shape: {"type": "error", "error": {"type", "message"}}.
     const std::string type = e.status == 401   ? "authentication_error"
                              : e.status == 404 ? "not_found_error"
@@ -252,6 +252,7 @@ int serve(const ServerOptions& o) {
   http.Post("/chat/completions", guarded(ctx, handle_chat));
   http.Post("/v1/completions", guarded(ctx, handle_completion));
   http.Post("/v1/messages", guarded(ctx, handle_messages));
+  http.Post("/v1/messages/count_tokens", guarded(ctx, handle_count_tokens));
 
   ctx.engine->start();
   check(http.bind_to_port(o.host, o.port), "serve", "cannot listen on ", o.host, ":", o.port);

@@ -208,6 +208,8 @@ class ServeTest(unittest.TestCase):
         self.assertEqual(m.content[0].text, want)
         self.assertEqual(m.stop_reason, "max_tokens" if len(toks) == MAX else "end_turn")
         self.assertEqual(m.usage.output_tokens, len(toks))
+        self.assertEqual(self.claude.messages.count_tokens(model=MODEL, messages=msgs)
+                         .input_tokens, len(self.ref.prompt_ids(msgs)))
         with self.claude.messages.stream(model=MODEL, max_tokens=MAX, messages=msgs) as s:
             text = "".join(s.text_stream)
             final = s.get_final_message()
