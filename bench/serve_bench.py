@@ -5,6 +5,8 @@
    ignore_eos, tokens counted from the first streamed token to the last, mlx-lm's convention)
    against `lmx bench --json` with the same prompt length, generation length and trials; trials
    of the two alternate so that load on a shared machine hits both alike.
+   The same requests' decode speed as the server's engine counted it (its log line per job)
+   gives the HTTP overhead without the machine's load between runs in it.
 2. Time to first token of a second chat turn (history = first turn + its answer + a new
    question) with the prompt cache (default) and without it (--prompt-cache-size 0).
 
@@ -16,7 +18,9 @@ import http.client
 import json
 import random
 import socket
+import re
 import subprocess
+import tempfile
 import time
 
 
@@ -29,8 +33,9 @@ def free_port():
 class Server:
     def __init__(self, lmx, model, *flags):
         self.port = free_port()
+        self.log = tempfile.NamedTemporaryFile("w+")
         self.proc = subprocess.Popen([lmx, "serve", "--model", model, "--port", str(self.port),
-                                      "--log-level", "WARNING", *flags])
+                                      "--log-level", "INFO", *flags], stderr=self.log)
         for _ in range(600):
             try:
                 c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=5)
@@ -64,9 +69,16 @@ class Server:
         c.close()
         return (stamps[0] - t0 if stamps else None), stamps, usage
 
+    def last_job_tps(self):
+        """The engine's own decode tokens/s of the last job, from the server's log."""
+        with open(self.log.name) as f:
+            lines = [l for l in f if "INFO: job:" in l]
+        return float(re.search(r"generation \d+ tokens, ([\d.]+) tokens-per-sec", lines[-1])[1])
+
     def stop(self):
         self.proc.terminate()
         self.proc.wait(timeout=60)
+        self.log.close()
 
 
 def lmx_bench(lmx, model, p, g):
@@ -88,7 +100,7 @@ def main():
 
     rng = random.Random(0)
     srv = Server(a.lmx, a.model, "--prompt-cache-size", "0")
-    http_tps, bench_tps = [], []
+    http_tps, bench_tps, engine_tps = [], [], []
     try:
         for trial in range(a.n + 1):  # the first round warms up both
             prompt = [rng.randrange(1000, 40000) for _ in range(a.p)]
@@ -100,6 +112,7 @@ def main():
                 continue
             # mlx-lm's convention (lmx bench too): tokens over the time since the first token.
             http_tps.append(usage["completion_tokens"] / (stamps[-1] - stamps[0]))
+            engine_tps.append(srv.last_job_tps())
             bench_tps.append(b["generation_tps"])
     finally:
         srv.stop()
@@ -136,13 +149,16 @@ def main():
     print(f"| lmx bench | {med(bench_tps):.2f} |")
     print(f"| lmx serve, HTTP streaming | {med(http_tps):.2f} |")
     print(f"| ratio serve / bench | {med(http_tps) / med(bench_tps):.3f} |")
+    ratios = [h / e for h, e in zip(http_tps, engine_tps)]
+    print(f"| same requests, the engine's own count | {med(engine_tps):.2f} |")
+    print(f"| ratio HTTP client / engine, same request (median) | {med(ratios):.4f} |")
     print()
     print("| second chat turn | TTFT s (median) | cached / prompt tokens |")
     print("|---|---|---|")
     for label, (t, (c, p)) in ttft.items():
         print(f"| {label} | {t:.3f} | {c} / {p} |")
     print(f"\nper-trial tok/s: bench {[round(x, 2) for x in bench_tps]}, "
-          f"serve {[round(x, 2) for x in http_tps]}")
+          f"serve {[round(x, 2) for x in http_tps]}, engine {[round(x, 2) for x in engine_tps]}")
 
 
 if __name__ == "__main__":

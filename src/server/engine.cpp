@@ -1,6 +1,7 @@
 #include "server/engine.h"
 
 #include <algorithm>
+#include <cstdio>
 
 #include "generate/generate.h"
 #include "sampling/sampler.h"
@@ -37,6 +38,7 @@ Engine::Engine(const EngineOptions& o)
       tokenizer_(Tokenizer::from_dir(o.model)),
       eos_(loaded_.info.eos_token_ids),
       cache_key_(std::filesystem::weakly_canonical(o.model).string()),
+      log_stats_(o.log_stats),
       prompt_cache_(o.prompt_cache_entries, o.prompt_cache_bytes) {
   // mlx-lm's TokenizerWrapper adds the tokenizer's own eos token to the config's ids.
   for (int id : tokenizer_.eos_token_ids())
@@ -160,6 +162,13 @@ void Engine::run(Job& job) {
     prompt_cache_.put(cache_key_, std::move(seen), std::move(*cache));
   } catch (const std::exception& e) {
     r.error = e.what();
+  }
+  if (log_stats_ && r.error.empty()) {
+    std::fprintf(stderr,
+                 "lmx serve: INFO: job: prompt %zu tokens (%zu cached), %.3f tokens-per-sec; "
+                 "generation %d tokens, %.3f tokens-per-sec; %s\n",
+                 job.prompt.size(), r.cached_tokens, r.stats.prompt_tps(),
+                 r.stats.generation_tokens, r.stats.generation_tps(), r.finish_reason.c_str());
   }
   job.finish(std::move(r));
 }

@@ -62,6 +62,7 @@ struct EngineOptions {
   std::filesystem::path model;
   size_t prompt_cache_entries = 10;
   std::optional<size_t> prompt_cache_bytes;
+  bool log_stats = false;  // one line per job on standard error: tokens and speeds
 };
 
 class Engine {
@@ -88,6 +89,7 @@ class Engine {
   Tokenizer tokenizer_;
   std::vector<int> eos_;
   std::string cache_key_;
+  bool log_stats_;
   PromptCacheLRU prompt_cache_;
   mutable std::mutex mu_;
   std::condition_variable cv_;

@@ -191,6 +191,7 @@ int serve(const ServerOptions& o) {
   eo.model = o.model;
   eo.prompt_cache_entries = o.prompt_cache_entries;
   eo.prompt_cache_bytes = o.prompt_cache_bytes;
+  eo.log_stats = o.log_level == "INFO" || o.log_level == "DEBUG";
   ctx.engine = std::make_unique<Engine>(eo);
   try {
     ctx.chat_template = chat::load_chat_template(o.model, o.chat_template);
