@@ -21,7 +21,7 @@ for a in "$@"; do
   esac
 done
 
-debs=(cmake g++ pkg-config nlohmann-json3-dev libpcre2-dev libutf8proc-dev python3-venv)
+debs=(cmake g++ pkg-config nlohmann-json3-dev libpcre2-dev libutf8proc-dev libcpp-httplib-dev python3-venv)
 ((with_test)) && debs+=(libgtest-dev libgmock-dev tmux)
 missing=()
 for d in "${debs[@]}"; do
@@ -43,7 +43,8 @@ pip=(.venv/bin/python -m pip install -q --disable-pip-version-check)
 want=("mlx-cpu==$MLX_VERSION")
 ((with_test)) && want+=("mlx==$MLX_VERSION" "mlx-lm==$MLX_LM_VERSION"
   "tokenizers==$TOKENIZERS_VERSION" "transformers==$TRANSFORMERS_VERSION" "gguf==$GGUF_VERSION"
-  "numpy==$NUMPY_VERSION" "safetensors==$SAFETENSORS_VERSION" "jinja2")
+  "numpy==$NUMPY_VERSION" "safetensors==$SAFETENSORS_VERSION" "jinja2"
+  "openai" "anthropic")
 need=()
 for w in "${want[@]}"; do
   name="${w%%==*}"; ver="${w#*==}"

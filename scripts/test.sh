@@ -32,6 +32,8 @@ step "Gemma 3 270M (its GGUF converted by lmx convert) and mlx-lm golden outputs
 rm -rf "$data/gemma3-270m"
 "$root/build/lmx" convert --hf-path "$data/convert/gguf/gemma3.gguf" --mlx-path "$data/gemma3-270m" --quiet
 "$py" scripts/gen_golden_gemma3.py "$data/gemma3-270m" "$data/golden-gemma3"
+step "lmx serve fixtures (mlx_lm's tool-call parsers)"
+"$py" scripts/gen_server_fixtures.py "$data/server"
 step "default model (SmolLM2-135M-Instruct 4-bit) and mlx-lm golden outputs"
 model="$(scripts/prepare_default_model.sh "$root/build/lmx" "$data/smollm2-135m-instruct-4bit")"
 "$py" scripts/gen_golden.py "$model" "$data/golden"

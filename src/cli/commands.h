@@ -30,5 +30,6 @@ bool launched_ranks(const Flags& flags, const std::string& command, const Args& 
 int cmd_convert(const Args& args);
 int cmd_bench(const Args& args);
 int cmd_chat(const Args& args);
+int cmd_serve(const Args& args);
 
 }  // namespace lmx::cli

@@ -16,6 +16,7 @@ commands:
   convert    convert a Hugging Face model or a GGUF file to MLX format
   bench      measure prompt and decode speed and peak memory
   chat       chat with a model in the terminal
+  serve      serve the model over HTTP (OpenAI and Anthropic APIs)
 
 lmx <command> --help shows the flags of a command. lmx --version prints the version and backend.
 )";
@@ -43,6 +44,7 @@ int main(int argc, char** argv) {
     if (cmd == "convert") return cmd_convert(args);
     if (cmd == "bench") return cmd_bench(args);
     if (cmd == "chat") return cmd_chat(args);
+    if (cmd == "serve") return cmd_serve(args);
     std::fprintf(stderr, "lmx: unknown command '%s'\n\n%s", cmd.c_str(), kUsage);
     return 1;
   } catch (const lmx::Error& e) {

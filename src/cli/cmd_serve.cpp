@@ -1,0 +1,85 @@
+#include <cstdio>
+
+#include "cli/commands.h"
+#include "core/error.h"
+#include "server/server.h"
+
+namespace lmx::cli {
+
+// mlx_lm.server's flags (same names and defaults), plus --api-key, --max-body-bytes.
+int cmd_serve(const Args& args) {
+  Flags f("serve",
+          "Serve the model over HTTP: OpenAI (/v1/chat/completions, /v1/completions, /v1/models) "
+          "and Anthropic (/v1/messages) APIs.",
+          {
+              {"model", "model directory (MLX format)", false, "DIR"},
+              {"host", "address to listen on", false, "HOST", "127.0.0.1"},
+              {"port", "port to listen on", false, "PORT", "8080"},
+              {"max-tokens", "default maximum tokens per response", false, "N", "512"},
+              {"temp", "default sampling temperature", false, "T", "0"},
+              {"top-p", "default nucleus sampling threshold", false, "P", "1"},
+              {"top-k", "default top-k (0 = off)", false, "K", "0"},
+              {"min-p", "default min-p (0 = off)", false, "P", "0"},
+              {"chat-template", "a chat template (file or text) replacing the model's", false, "T"},
+              {"use-default-chat-template", "(accepted for mlx_lm compatibility)", true},
+              {"chat-template-args",
+               "JSON object of template arguments, e.g. "
+               "'{\"enable_thinking\":false}'",
+               false, "JSON", "{}"},
+              {"adapter-path", "LoRA adapter directory (not supported yet)", false, "DIR"},
+              {"log-level", "DEBUG, INFO, WARNING, ERROR or CRITICAL", false, "L", "INFO"},
+              {"api-key", "require 'Authorization: Bearer KEY' (or x-api-key)", false, "KEY"},
+              {"max-body-bytes", "largest request body accepted", false, "N", "33554432"},
+              {"prompt-cache-size", "prompt cache entries kept", false, "N", "10"},
+              {"prompt-cache-bytes", "byte cap of the prompt cache", false, "N", "unlimited"},
+              {"prefill-step-size", "prompt tokens per prefill chunk", false, "N", "2048"},
+              {"http-threads", "HTTP worker threads", false, "N", "32"},
+              {"trust-remote-code", "(accepted for mlx_lm compatibility; no code is run)", true},
+          });
+  for (auto& spec : kv_cache_flags()) f.add(spec);
+  if (!f.parse(args)) {
+    std::fputs(f.usage().c_str(), stdout);
+    return 0;
+  }
+  check(!f.has("adapter-path"), "serve",
+        "--adapter-path: LoRA adapters are not supported by lmx yet");
+  server::ServerOptions o;
+  o.model = f.required("model");
+  o.host = f.str("host", "127.0.0.1");
+  o.port = f.integer("port", 8080);
+  check(o.port > 0 && o.port < 65536, "serve", "--port must be 1-65535, got ", o.port);
+  o.defaults.max_tokens = f.integer("max-tokens", 512);
+  o.defaults.temp = f.number("temp", 0.0f);
+  o.defaults.top_p = f.number("top-p", 1.0f);
+  o.defaults.top_k = f.integer("top-k", 0);
+  o.defaults.min_p = f.number("min-p", 0.0f);
+  o.defaults.prefill_step_size = f.integer("prefill-step-size", 2048);
+  o.defaults.kv_bits = f.opt_integer("kv-bits");
+  o.defaults.kv_group_size = f.integer("kv-group-size", 64);
+  o.defaults.quantized_kv_start = f.integer("quantized-kv-start", 5000);
+  o.chat_template = f.str("chat-template");
+  o.chat_template_args = f.str("chat-template-args", "{}");
+  o.log_level = f.str("log-level", "INFO");
+  o.api_key = f.str("api-key");
+  const int body = f.integer("max-body-bytes", 32 << 20);
+  check(body > 0, "serve", "--max-body-bytes must be > 0");
+  o.max_body_bytes = static_cast<size_t>(body);
+  o.prompt_cache_entries = static_cast<size_t>(std::max(0, f.integer("prompt-cache-size", 10)));
+  if (f.has("prompt-cache-bytes")) {
+    const std::string v = f.str("prompt-cache-bytes");
+    size_t used = 0;
+    unsigned long long n = 0;
+    try {
+      n = std::stoull(v, &used);
+    } catch (const std::exception&) {
+    }
+    check(used == v.size() && used > 0, "serve", "--prompt-cache-bytes must be a byte count, got ",
+          v);
+    o.prompt_cache_bytes = static_cast<size_t>(n);
+  }
+  o.http_threads = f.integer("http-threads", 32);
+  check(o.http_threads > 0, "serve", "--http-threads must be > 0");
+  return server::serve(o);
+}
+
+}  // namespace lmx::cli

@@ -1,0 +1,55 @@
+// What every endpoint handler shares: the engine, the template, the defaults, and the helpers
+// that turn a typed request into a job.
+#pragma once
+
+#include <httplib.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "chat/chat_template.h"
+#include "server/api_error.h"
+#include "server/engine.h"
+#include "server/pipeline.h"
+#include "server/requests.h"
+#include "server/server.h"
+
+namespace lmx::server {
+
+struct Context {
+  ServerOptions options;
+  std::unique_ptr<Engine> engine;
+  std::optional<chat::ChatTemplate> chat_template;  // unset: the model has none
+  std::string template_error;                       // why it is unset
+  ToolFormat tool_format = ToolFormat::kNone;
+  ojson template_args = ojson::object();
+  std::string model_id;
+  long created = 0;
+};
+
+struct PreparedChat {
+  std::shared_ptr<Job> job;
+  PipelineOptions pipeline;
+};
+
+// Renders the template, tokenizes, checks the model name and the context length.
+PreparedChat prepare_chat(const Context& ctx, const ChatRequest& r);
+std::shared_ptr<Job> make_job(const Context& ctx, std::vector<int> prompt, const SamplingRequest& s,
+                              const std::string& prompt_field);
+void check_model(const Context& ctx, const std::string& model);
+
+std::string new_id(const std::string& prefix);
+std::string token_text(const Context& ctx, int id);
+bool write_sse(httplib::DataSink& sink, const ojson& data, const std::string& event = "");
+// A failure after the stream started: one error event, then the end of the stream.
+void write_stream_error(httplib::DataSink& sink, const ApiError& e);
+// A JSON body; invalid UTF-8 in generated text is replaced, never an exception.
+void send_json(httplib::Response& res, const ojson& body);
+
+void handle_chat(const Context& ctx, const httplib::Request& req, httplib::Response& res);
+void handle_completion(const Context& ctx, const httplib::Request& req, httplib::Response& res);
+void handle_messages(const Context& ctx, const httplib::Request& req, httplib::Response& res);
+void handle_count_tokens(const Context& ctx, const httplib::Request& req, httplib::Response& res);
+
+}  // namespace lmx::server

@@ -1,0 +1,280 @@
+#include "server/server.h"
+
+#include <pthread.h>
+#include <signal.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <random>
+#include <thread>
+
+#include "core/error.h"
+#include "sampling/sampler.h"
+#include "server/api_error.h"
+#include "server/context.h"
+
+namespace lmx::server {
+
+void check_model(const Context& ctx, const std::string& model) {
+  // mlx_lm.server answers any name with its loaded model; so do we for its placeholder name.
+  if (model.empty() || model == "default_model" || model == ctx.model_id ||
+      model == ctx.options.model.string())
+    return;
+  throw ApiError(404,
+                 "The model '" + model + "' does not exist; this server has '" + ctx.model_id + "'",
+                 "model", "invalid_request_error", "model_not_found");
+}
+
+std::shared_ptr<Job> make_job(const Context& ctx, std::vector<int> prompt, const SamplingRequest& s,
+                              const std::string& prompt_field) {
+  if (prompt.empty()) bad_field(prompt_field, "gives an empty prompt");
+  const int vocab = ctx.engine->vocab_size();
+  for (int t : prompt)
+    if (t < 0 || t >= vocab)
+      bad_field(prompt_field, "has token id " + std::to_string(t) + " outside the vocabulary");
+  for (const auto& [id, bias] : s.gen.processors.logit_bias)
+    if (id >= vocab)
+      bad_field("logit_bias", "has token id " + std::to_string(id) + " outside the vocabulary");
+  if (s.gen.sampler.top_k >= vocab) bad_field("top_k", "must be smaller than the vocabulary");
+  try {
+    // The sampler's own checks, so that nothing the engine would refuse gets queued.
+    validate(s.gen.sampler, vocab);
+    validate(s.gen.processors);
+  } catch (const lmx::Error& e) {
+    throw ApiError(400, e.what());
+  }
+  if (auto n = ctx.engine->info().max_position_embeddings) {
+    if (static_cast<long>(prompt.size()) + s.gen.max_tokens > *n)
+      throw ApiError(400,
+                     "This model's maximum context length is " + std::to_string(*n) +
+                         " tokens; the prompt has " + std::to_string(prompt.size()) +
+                         " tokens and max_tokens asks for " + std::to_string(s.gen.max_tokens),
+                     prompt_field, "invalid_request_error", "context_length_exceeded");
+  }
+  auto job = std::make_shared<Job>();
+  job->prompt = std::move(prompt);
+  job->options = s.gen;
+  job->top_logprobs = s.top_logprobs;
+  return job;
+}
+
+PreparedChat prepare_chat(const Context& ctx, const ChatRequest& r) {
+  check_model(ctx, r.s.model);
+  if (!ctx.chat_template)
+    throw ApiError(400,
+                   "the model has no chat template (" + ctx.template_error +
+                       "); pass --chat-template or use /v1/completions",
+                   "messages");
+  chat::TemplateOptions topt;
+  topt.add_generation_prompt = r.messages.back().value("role", "") != "assistant";
+  const bool use_tools = r.tools && r.tool_choice != "none";
+  if (use_tools) topt.tools = *r.tools;
+  topt.kwargs = ctx.template_args;
+  for (const auto& [k, v] : r.template_kwargs.items()) topt.kwargs[k] = v;
+  std::string text;
+  try {
+    text = ctx.chat_template->render(r.messages, topt);
+  } catch (const std::exception& e) {
+    throw ApiError(400, std::string("the chat template failed: ") + e.what(), "messages");
+  }
+  PreparedChat p;
+  p.job = make_job(ctx, ctx.engine->tokenizer().encode(text, /*add_special_tokens=*/false), r.s,
+                   "messages");
+  p.pipeline.stop = r.s.stop;
+  p.pipeline.tool_format = ctx.tool_format;
+  p.pipeline.parse_tools = use_tools;
+  p.pipeline.split_reasoning = true;
+  const size_t open = text.rfind("<think>"), close = text.rfind("</think>");
+  p.pipeline.start_in_reasoning =
+      open != std::string::npos && (close == std::string::npos || close < open);
+  return p;
+}
+
+std::string new_id(const std::string& prefix) {
+  static std::atomic<uint64_t> counter{0};
+  static const uint64_t salt = std::random_device{}();
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%012llx",
+                static_cast<unsigned long long>((salt ^ (counter++ * 0x9E3779B97F4A7C15ull)) &
+                                                0xffffffffffffull));
+  return prefix + buf;
+}
+
+std::string token_text(const Context& ctx, int id) { return ctx.engine->tokenizer().decode({id}); }
+
+bool write_sse(httplib::DataSink& sink, const ojson& data, const std::string& event) {
+  std::string s;
+  if (!event.empty()) s += "event: " + event + "\n";
+  s += "data: " + data.dump(-1, ' ', false, ojson::error_handler_t::replace) + "\n\n";
+  return sink.write(s.data(), s.size());
+}
+
+void write_stream_error(httplib::DataSink& sink, const ApiError& e) {
+  write_sse(sink, {{"error", {{"message", e.what()}, {"type", e.type}}}});
+  sink.done();
+}
+
+void send_json(httplib::Response& res, const ojson& body) {
+  res.set_content(body.dump(-1, ' ', false, ojson::error_handler_t::replace), "application/json");
+}
+
+namespace {
+
+ojson error_body(const ApiError& e) {
+  ojson err = {{"message", e.what()}, {"type", e.type}};
+  err["param"] = e.param.empty() ? ojson(nullptr) : ojson(e.param);
+  err["code"] = e.code.empty() ? ojson(nullptr) : ojson(e.code);
+  return {{"error", err}};
+}
+
+void send_error(const httplib::Request& req, httplib::Response& res, const ApiError& e) {
+  res.status = e.status;
+  ojson body = error_body(e);
+  if (req.path.rfind("/v1/messages", 0) == 0) {
+    // Anthropic's shape: {"type": "error", "error": {"type", "message"}}.
+    const std::string type = e.status == 401   ? "authentication_error"
+                             : e.status == 404 ? "not_found_error"
+                             : e.status == 413 ? "request_too_large"
+                             : e.status >= 500 ? "api_error"
+                                               : "invalid_request_error";
+    body = {{"type", "error"}, {"error", {{"type", type}, {"message", e.what()}}}};
+  }
+  send_json(res, body);
+}
+
+void log(const Context& ctx, const char* level, const std::string& msg) {
+  if (ctx.options.log_level == "ERROR" || ctx.options.log_level == "CRITICAL") return;
+  if (ctx.options.log_level == "WARNING" && std::string(level) == "INFO") return;
+  std::fprintf(stderr, "lmx serve: %s: %s\n", level, msg.c_str());
+}
+
+// Wraps a handler: OpenAI-shaped errors for ApiError and anything thrown.
+httplib::Server::Handler guarded(const Context& ctx,
+                                 void (*fn)(const Context&, const httplib::Request&,
+                                            httplib::Response&)) {
+  return [&ctx, fn](const httplib::Request& req, httplib::Response& res) {
+    try {
+      fn(ctx, req, res);
+    } catch (const ApiError& e) {
+      send_error(req, res, e);
+    } catch (const std::exception& e) {
+      log(ctx, "ERROR", req.path + ": " + e.what());
+      send_error(req, res, ApiError(500, e.what(), "", "server_error"));
+    }
+  };
+}
+
+}  // namespace
+
+int serve(const ServerOptions& o) {
+  // SIGINT / SIGTERM go to one waiting thread only (blocked here, before any thread starts).
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  Context ctx;
+  ctx.options = o;
+  ctx.created = static_cast<long>(std::time(nullptr));
+  ctx.model_id = o.model.string();
+  {
+    ojson args = ojson::parse(o.chat_template_args, nullptr, false);
+    check(!args.is_discarded() && args.is_object(), "serve",
+          "--chat-template-args must be a JSON object, got ", o.chat_template_args);
+    ctx.template_args = args;
+  }
+  EngineOptions eo;
+  eo.model = o.model;
+  eo.prompt_cache_entries = o.prompt_cache_entries;
+  eo.prompt_cache_bytes = o.prompt_cache_bytes;
+  eo.log_stats = o.log_level == "INFO" || o.log_level == "DEBUG";
+  ctx.engine = std::make_unique<Engine>(eo);
+  try {
+    ctx.chat_template = chat::load_chat_template(o.model, o.chat_template);
+  } catch (const lmx::Error& e) {
+    if (!o.chat_template.empty()) throw;
+    ctx.template_error = e.what();
+  }
+  const std::string source = o.chat_template.empty()
+                                 ? ctx.engine->tokenizer().chat_template()
+                                 : chat::read_chat_template_arg(o.chat_template);
+  ctx.tool_format = detect_tool_format(source);
+
+  httplib::Server http;
+  const int threads = o.http_threads;
+  http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  http.set_payload_max_length(o.max_body_bytes);
+  http.set_pre_routing_handler([&ctx](const httplib::Request& req, httplib::Response& res) {
+    if (ctx.options.api_key.empty() || req.path == "/health")
+      return httplib::Server::HandlerResponse::Unhandled;
+    const std::string auth = req.get_header_value("Authorization");
+    const std::string xkey = req.get_header_value("x-api-key");
+    if (auth == "Bearer " + ctx.options.api_key || xkey == ctx.options.api_key)
+      return httplib::Server::HandlerResponse::Unhandled;
+    send_error(req, res,
+               ApiError(401, "Incorrect API key provided", "", "invalid_request_error",
+                        "invalid_api_key"));
+    return httplib::Server::HandlerResponse::Handled;
+  });
+  http.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return;
+    if (res.status == 404)
+      send_error(req, res, ApiError(404, "Unknown route " + req.method + " " + req.path));
+    else if (res.status == 413)
+      send_error(req, res, ApiError(413, "The request body is larger than the server's limit"));
+    else
+      send_error(req, res, ApiError(res.status, "HTTP error " + std::to_string(res.status)));
+  });
+  http.set_logger([&ctx](const httplib::Request& req, const httplib::Response& res) {
+    log(ctx, "INFO", req.method + " " + req.path + " " + std::to_string(res.status));
+  });
+  http.Get("/health", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content(R"({"status":"ok"})", "application/json");
+  });
+  const ojson model_card = {
+      {"id", ctx.model_id}, {"object", "model"}, {"created", ctx.created}, {"owned_by", "lmx"}};
+  http.Get("/v1/models", [model_card](const httplib::Request&, httplib::Response& res) {
+    send_json(res, {{"object", "list"}, {"data", ojson::array({model_card})}});
+  });
+  http.Get(R"(/v1/models/(.+))",
+           [&ctx, model_card](const httplib::Request& req, httplib::Response& res) {
+             try {
+               check_model(ctx, req.matches[1]);
+               send_json(res, model_card);
+             } catch (const ApiError& e) {
+               send_error(req, res, e);
+             }
+           });
+  http.Post("/v1/chat/completions", guarded(ctx, handle_chat));
+  http.Post("/chat/completions", guarded(ctx, handle_chat));
+  http.Post("/v1/completions", guarded(ctx, handle_completion));
+  http.Post("/v1/messages", guarded(ctx, handle_messages));
+  http.Post("/v1/messages/count_tokens", guarded(ctx, handle_count_tokens));
+
+  ctx.engine->start();
+  check(http.bind_to_port(o.host, o.port), "serve", "cannot listen on ", o.host, ":", o.port);
+  log(ctx, "INFO",
+      "serving " + ctx.model_id + " on http://" + o.host + ":" + std::to_string(o.port) +
+          " (tool format " + tool_format_name(ctx.tool_format) + ")");
+
+  std::thread waiter([&] {
+    int sig = 0;
+    sigwait(&signals, &sig);
+    log(ctx, "INFO", std::string("shutting down on ") + (sig == SIGINT ? "SIGINT" : "SIGTERM"));
+    http.stop();
+  });
+  http.listen_after_bind();
+  // listen_after_bind returns once stop() ran: every worker has finished its response.
+  ctx.engine->stop();
+  if (waiter.joinable()) {
+    pthread_kill(waiter.native_handle(), SIGTERM);
+    waiter.join();
+  }
+  return 0;
+}
+
+}  // namespace lmx::server

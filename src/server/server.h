@@ -1,0 +1,32 @@
+// `lmx serve`: an OpenAI and Anthropic compatible HTTP server over one model (drop-in for
+// mlx_lm.server's flags and endpoints).
+#pragma once
+
+#include <cstddef>
+#include <filesystem>
+#include <optional>
+#include <string>
+
+#include "server/requests.h"
+
+namespace lmx::server {
+
+struct ServerOptions {
+  std::filesystem::path model;
+  std::string host = "127.0.0.1";
+  int port = 8080;
+  SamplingDefaults defaults;
+  std::string chat_template;              // --chat-template: a file or the template text
+  std::string chat_template_args = "{}";  // --chat-template-args: JSON object
+  std::string api_key;                    // empty: no authentication
+  size_t max_body_bytes = 32u << 20;
+  size_t prompt_cache_entries = 10;
+  std::optional<size_t> prompt_cache_bytes;
+  int http_threads = 32;
+  std::string log_level = "INFO";
+};
+
+// Loads the model, serves until SIGINT or SIGTERM, then finishes open responses and returns 0.
+int serve(const ServerOptions& options);
+
+}  // namespace lmx::server

@@ -1,0 +1,444 @@
+#!/usr/bin/env python3
+"""End-to-end tests of `lmx serve`: spawn the real binary on the default model (SmolLM2-135M-
+Instruct 4-bit) on a free port and drive it with the official `openai` and `anthropic` clients
+and raw HTTP. The reference for every greedy output is mlx_lm itself (stream_generate on the
+prompt that transformers' apply_chat_template renders), run in this process.
+
+    LMX_BINARY=build/lmx LMX_TEST_DATA=build/testdata .venv/bin/python tests/server/test_server.py
+"""
+import http.client
+import json
+import os
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import unittest
+from concurrent.futures import ThreadPoolExecutor
+
+import anthropic
+import openai
+
+BINARY = os.environ.get("LMX_BINARY", "build/lmx")
+MODEL = os.path.join(os.environ.get("LMX_TEST_DATA", "build/testdata"),
+                     "smollm2-135m-instruct-4bit")
+MAX = 6  # the model runs ~7 tokens/s on the CI CPU: keep answers short
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    def __init__(self, *flags):
+        self.port = free_port()
+        # A file, not a pipe: a full pipe nobody reads would block the server's logging.
+        self.log = tempfile.TemporaryFile()
+        self.proc = subprocess.Popen([BINARY, "serve", "--model", MODEL, "--port", str(self.port),
+                                      *flags], stdout=subprocess.DEVNULL, stderr=self.log)
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                self.log.seek(0)
+                raise RuntimeError("lmx serve exited: " + self.log.read().decode())
+            try:
+                if self.request("GET", "/health")[0] == 200:
+                    return
+            except OSError:
+                time.sleep(0.2)
+        raise RuntimeError("lmx serve did not come up")
+
+    @property
+    def url(self):
+        return f"http://127.0.0.1:{self.port}"
+
+    def request(self, method, path, body=None, headers=None):
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=300)
+        data = body if isinstance(body, (bytes, type(None))) else json.dumps(body).encode()
+        conn.request(method, path, body=data, headers={"Content-Type": "application/json",
+                                                        **(headers or {})})
+        r = conn.getresponse()
+        raw = r.read()
+        conn.close()
+        try:
+            return r.status, json.loads(raw)
+        except ValueError:
+            return r.status, raw
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            self.proc.wait(timeout=30)
+        self.log.close()
+        return self.proc.returncode
+
+
+class Reference:
+    """mlx_lm's greedy output for a chat or a raw prompt."""
+
+    def __init__(self):
+        from mlx_lm import load
+        self.model, self.tok = load(MODEL)
+
+    def prompt_ids(self, messages):
+        return self.tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+
+    def greedy(self, ids, max_tokens=MAX):
+        from mlx_lm.generate import stream_generate
+        toks = []
+        for r in stream_generate(self.model, self.tok, ids, max_tokens=max_tokens):
+            if r.token in self.tok.eos_token_ids:
+                break
+            toks.append(r.token)
+        return self.tok.decode(toks), toks
+
+
+_reference = None
+
+
+def reference():
+    global _reference
+    if _reference is None:
+        _reference = Reference()
+    return _reference
+
+
+def chat(q):
+    return [{"role": "user", "content": q}]
+
+
+class ServeTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.ref = reference()
+        cls.server = Server("--max-tokens", str(MAX))
+        cls.oai = openai.OpenAI(base_url=cls.server.url + "/v1", api_key="none")
+        cls.claude = anthropic.Anthropic(base_url=cls.server.url, api_key="none")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.server.stop()
+
+    def test_health_and_models(self):
+        self.assertEqual(self.server.request("GET", "/health"), (200, {"status": "ok"}))
+        models = self.oai.models.list().data
+        self.assertEqual([m.id for m in models], [MODEL])
+        self.assertEqual(self.oai.models.retrieve(MODEL).id, MODEL)
+        with self.assertRaises(openai.NotFoundError):
+            self.oai.models.retrieve("no-such-model")
+
+    def test_completion_matches_mlx_lm(self):
+        with open(os.path.join(os.path.dirname(MODEL), "golden", "golden.json")) as f:
+            golden = json.load(f)
+        case = golden["cases"][2]
+        want, _ = self.ref.greedy(self.ref.tok.encode(case["prompt"]), 8)
+        r = self.oai.completions.create(model=MODEL, prompt=case["prompt"], max_tokens=8,
+                                        temperature=0)
+        self.assertEqual(r.choices[0].text, want)
+        self.assertEqual(r.usage.prompt_tokens, len(self.ref.tok.encode(case["prompt"])))
+        self.assertEqual(r.usage.completion_tokens, 8)
+        self.assertEqual(r.choices[0].finish_reason, "length")
+        streamed = "".join(c.choices[0].text for c in self.oai.completions.create(
+            model=MODEL, prompt=case["prompt"], max_tokens=8, temperature=0, stream=True)
+            if c.choices)
+        self.assertEqual(streamed, want)
+
+    def test_chat_stream_and_non_stream_match_mlx_lm(self):
+        msgs = chat("What is the capital of France?")
+        want, toks = self.ref.greedy(self.ref.prompt_ids(msgs))
+        r = self.oai.chat.completions.create(model=MODEL, messages=msgs, temperature=0)
+        self.assertEqual(r.choices[0].message.content, want)
+        self.assertEqual(r.choices[0].message.role, "assistant")
+        self.assertEqual(r.usage.prompt_tokens, len(self.ref.prompt_ids(msgs)))
+        self.assertEqual(r.usage.completion_tokens, len(toks))
+        chunks = list(self.oai.chat.completions.create(
+            model=MODEL, messages=msgs, temperature=0, stream=True,
+            stream_options={"include_usage": True}))
+        text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        self.assertEqual(text, want)
+        finishes = [c.choices[0].finish_reason for c in chunks if c.choices]
+        self.assertEqual(finishes[-1], "length" if len(toks) == MAX else "stop")
+        self.assertEqual(chunks[-1].choices, [])
+        self.assertEqual(chunks[-1].usage.completion_tokens, len(toks))
+        # The same request again: its whole prompt but the last token comes from the cache.
+        self.assertGreater(chunks[-1].usage.prompt_tokens_details.cached_tokens, 0)
+
+    def test_stop_string_cuts_the_text(self):
+        msgs = chat("Name three colors.")
+        want, _ = self.ref.greedy(self.ref.prompt_ids(msgs), 12)
+        stop = want[len(want) // 2: len(want) // 2 + 3]
+        self.assertTrue(stop.strip(), want)
+        cut = want[:want.find(stop)]
+        for stream in (False, True):
+            r = self.oai.chat.completions.create(model=MODEL, messages=msgs, temperature=0,
+                                                 max_tokens=12, stop=[stop], stream=stream)
+            if stream:
+                chunks = list(r)
+                text = "".join(c.choices[0].delta.content or "" for c in chunks)
+                finish = chunks[-1].choices[0].finish_reason
+            else:
+                text, finish = r.choices[0].message.content or "", r.choices[0].finish_reason
+            self.assertEqual(text, cut, f"stream={stream} stop={stop!r}")
+            self.assertEqual(finish, "stop")
+
+    def test_logprobs_match_mlx_lm(self):
+        import mlx.core as mx
+        msgs = chat("Say hi.")
+        ids = self.ref.prompt_ids(msgs)
+        logits = self.ref.model(mx.array([ids]))[0, -1].astype(mx.float32)
+        lp = logits - mx.logsumexp(logits)
+        order = mx.argsort(-lp).tolist()[:3]
+        r = self.oai.chat.completions.create(model=MODEL, messages=msgs, temperature=0,
+                                             max_tokens=2, logprobs=True, top_logprobs=3)
+        first = r.choices[0].logprobs.content[0]
+        self.assertEqual([t.token for t in first.top_logprobs],
+                         [self.ref.tok.decode([i]) for i in order])
+        for t, i in zip(first.top_logprobs, order):
+            self.assertAlmostEqual(t.logprob, lp[i].item(), places=3)
+        self.assertEqual(first.token, first.top_logprobs[0].token)
+
+    def test_anthropic_messages(self):
+        msgs = chat("What is the capital of France?")
+        want, toks = self.ref.greedy(self.ref.prompt_ids(msgs))
+        m = self.claude.messages.create(model=MODEL, max_tokens=MAX, messages=msgs)
+        self.assertEqual(m.content[0].type, "text")
+        self.assertEqual(m.content[0].text, want)
+        self.assertEqual(m.stop_reason, "max_tokens" if len(toks) == MAX else "end_turn")
+        self.assertEqual(m.usage.output_tokens, len(toks))
+        self.assertEqual(self.claude.messages.count_tokens(model=MODEL, messages=msgs)
+                         .input_tokens, len(self.ref.prompt_ids(msgs)))
+        with self.claude.messages.stream(model=MODEL, max_tokens=MAX, messages=msgs) as s:
+            text = "".join(s.text_stream)
+            final = s.get_final_message()
+        self.assertEqual(text, want)
+        self.assertEqual(final.stop_reason, m.stop_reason)
+        # The raw event grammar.
+        conn = http.client.HTTPConnection("127.0.0.1", self.server.port, timeout=300)
+        conn.request("POST", "/v1/messages", json.dumps(
+            {"model": MODEL, "max_tokens": 3, "messages": msgs, "stream": True}),
+            {"Content-Type": "application/json"})
+        events = [l[7:] for l in conn.getresponse().read().decode().splitlines()
+                  if l.startswith("event: ")]
+        conn.close()
+        self.assertEqual(events[0], "message_start")
+        self.assertEqual(events[1], "content_block_start")
+        self.assertEqual(events[-3:], ["content_block_stop", "message_delta", "message_stop"])
+        self.assertEqual(set(events[2:-3]), {"content_block_delta"})
+
+    def test_system_blocks_tools_and_tool_results_render(self):
+        sys_prompt = "You are terse."
+        msgs = [{"role": "user", "content": "Weather in Oslo?"}]
+        want, _ = self.ref.greedy(self.ref.prompt_ids(
+            [{"role": "system", "content": sys_prompt}] + msgs))
+        m = self.claude.messages.create(
+            model=MODEL, max_tokens=MAX, messages=msgs,
+            system=[{"type": "text", "text": sys_prompt}])
+        self.assertEqual(m.content[0].text, want)
+        tools = [{"type": "function", "function": {
+            "name": "weather", "description": "weather of a city",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]
+        history = msgs + [
+            {"role": "assistant", "content": None, "tool_calls": [
+                {"id": "c1", "type": "function",
+                 "function": {"name": "weather", "arguments": "{\"city\": \"Oslo\"}"}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "cold"}]
+        r = self.oai.chat.completions.create(model=MODEL, messages=history, tools=tools,
+                                             temperature=0)
+        self.assertIn(r.choices[0].finish_reason, ("stop", "length", "tool_calls"))
+        m = self.claude.messages.create(model=MODEL, max_tokens=MAX, messages=[
+            msgs[0],
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "weather",
+                                                "input": {"city": "Oslo"}}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1",
+                                           "content": "cold"}]}],
+            tools=[{"name": "weather", "input_schema": tools[0]["function"]["parameters"]}])
+        self.assertEqual(m.role, "assistant")
+
+    def test_errors(self):
+        body = {"model": MODEL, "messages": chat("x")}
+        s, e = self.server.request("POST", "/v1/chat/completions", {**body, "temperature": "hot"})
+        self.assertEqual((s, e["error"]["param"]), (400, "temperature"))
+        self.assertIn("temperature", e["error"]["message"])
+        for field, value in (("messages", []), ("top_p", 2), ("max_tokens", -1),
+                             ("logit_bias", {"999999": 1}), ("stop", 5)):
+            s, e = self.server.request("POST", "/v1/chat/completions", {**body, field: value})
+            self.assertEqual((s, e["error"]["param"]), (400, field), e)
+        s, e = self.server.request("POST", "/v1/chat/completions", b"{not json")
+        self.assertEqual(s, 400)
+        self.assertEqual(self.server.request("POST", "/v1/nothing", body)[0], 404)
+        s, e = self.server.request("POST", "/v1/chat/completions", {**body, "model": "gpt-9"})
+        self.assertEqual((s, e["error"]["param"], e["error"]["code"]),
+                         (404, "model", "model_not_found"))
+        s, e = self.server.request("POST", "/v1/completions",
+                                   {"prompt": "hi", "max_tokens": 10_000_000})
+        self.assertEqual((s, e["error"]["code"]), (400, "context_length_exceeded"))
+        with self.assertRaises(openai.BadRequestError) as cm:
+            self.oai.chat.completions.create(model=MODEL, messages=chat("x"),
+                                             extra_body={"top_k": -3})
+        self.assertEqual(cm.exception.body["param"], "top_k")
+        s, e = self.server.request("POST", "/v1/messages", {"messages": chat("x")})
+        self.assertEqual((s, e["type"], e["error"]["type"]), (400, "error", "invalid_request_error"))
+
+    def test_concurrent_clients_match_serial(self):
+        prompts = [f"Count to {i}." for i in range(16)]
+        ask = lambda p: self.oai.chat.completions.create(
+            model=MODEL, messages=chat(p), temperature=0, max_tokens=4).choices[0].message.content
+        serial = [ask(p) for p in prompts]
+        with ThreadPoolExecutor(16) as pool:
+            parallel = list(pool.map(ask, prompts))
+        self.assertEqual(parallel, serial)
+
+    def test_disconnect_cancels_generation(self):
+        conn = http.client.HTTPConnection("127.0.0.1", self.server.port, timeout=300)
+        conn.request("POST", "/v1/completions", json.dumps(
+            {"prompt": "Once upon a time", "max_tokens": 4000, "stream": True,
+             "ignore_eos": True}), {"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        resp.fp.readline()
+        conn.sock.shutdown(socket.SHUT_RDWR)
+        conn.close()
+        # 4000 tokens would take minutes; the next request runs as soon as the engine sees
+        # the closed connection.
+        t = time.time()
+        r = self.oai.completions.create(model=MODEL, prompt="Hi", max_tokens=1)
+        self.assertEqual(r.usage.completion_tokens, 1)
+        self.assertLess(time.time() - t, 60)
+
+
+# A prompt of three Hermes tool calls: the model continues the pattern with a fourth.
+TOOL_PROMPT = "".join(
+    '<tool_call>{"name": "get_weather", "arguments": {"city": "%s"}}</tool_call>\n' % c
+    for c in ("Paris", "Oslo", "Rome"))
+# A prompt that ends inside an open <think>: the model closes it and answers.
+THINK_PROMPT = "".join("<think>The user asks for a %s.</think>%s\n" % p
+                       for p in (("color", "Blue."), ("fruit", "Apple."))) + "<think>"
+TOOLS = [{"type": "function", "function": {
+    "name": "get_weather", "parameters": {"type": "object",
+                                          "properties": {"city": {"type": "string"}}}}}]
+
+
+class ModelWrittenFormatsTest(unittest.TestCase):
+    """Tool calls and reasoning the model itself writes (prompts that make it continue a
+    pattern), split by the server, against mlx_lm's greedy output of the same prompt, split by
+    mlx_lm's Hermes parser (mlx_lm.tool_parsers.json_tools) and at </think>."""
+
+    @classmethod
+    def setUpClass(cls):
+        from mlx_lm.tool_parsers import json_tools
+        ref = reference()
+        text, _ = ref.greedy(ref.tok.encode(TOOL_PROMPT, add_special_tokens=False), 40)
+        block = text[:text.index("\n")]
+        assert block.startswith("<tool_call>") and block.endswith("</tool_call>"), text
+        cls.want = json_tools.parse_tool_call(block[len("<tool_call>"):-len("</tool_call>")])
+        text, _ = ref.greedy(ref.tok.encode(THINK_PROMPT, add_special_tokens=False), 24)
+        cls.want_reasoning, cls.want_answer = text[:text.index("\n")].split("</think>")
+        # One template, two prompts, picked by a chat_template_kwargs entry.
+        cls.server = Server("--chat-template",
+                            "{% if mode == 'think' %}{% raw %}" + THINK_PROMPT + "{% endraw %}"
+                            "{% else %}{% raw %}" + TOOL_PROMPT + "{% endraw %}{% endif %}")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.server.stop()
+
+    def test_openai_tool_calls(self):
+        client = openai.OpenAI(base_url=self.server.url + "/v1", api_key="none")
+        args = dict(model=MODEL, messages=chat("weather?"), tools=TOOLS, max_tokens=40,
+                    stop=["\n"], temperature=0)
+        r = client.chat.completions.create(**args)
+        self.assertEqual(r.choices[0].finish_reason, "tool_calls")
+        self.assertIsNone(r.choices[0].message.content)
+        (call,) = r.choices[0].message.tool_calls
+        self.assertEqual(call.function.name, self.want["name"])
+        self.assertEqual(json.loads(call.function.arguments), self.want["arguments"])
+        chunks = list(client.chat.completions.create(**args, stream=True))
+        calls = [tc for c in chunks for tc in (c.choices[0].delta.tool_calls or [])]
+        self.assertEqual([(c.index, c.function.name, json.loads(c.function.arguments))
+                          for c in calls], [(0, self.want["name"], self.want["arguments"])])
+        self.assertEqual(chunks[-1].choices[0].finish_reason, "tool_calls")
+        # tool_choice none: no tools in the prompt and no parsing, the text comes back as is.
+        r = client.chat.completions.create(**args, tool_choice="none")
+        self.assertTrue(r.choices[0].message.content.startswith("<tool_call>"))
+        self.assertFalse(r.choices[0].message.tool_calls)
+
+    def test_reasoning_is_split_off(self):
+        client = openai.OpenAI(base_url=self.server.url + "/v1", api_key="none")
+        args = dict(model=MODEL, messages=chat("dessert?"), max_tokens=24, stop=["\n"],
+                    temperature=0, extra_body={"chat_template_kwargs": {"mode": "think"}})
+        m = client.chat.completions.create(**args).choices[0].message
+        self.assertEqual((m.reasoning_content, m.content), (self.want_reasoning, self.want_answer))
+        chunks = list(client.chat.completions.create(**args, stream=True))
+        deltas = [c.choices[0].delta for c in chunks if c.choices]
+        self.assertEqual("".join(getattr(d, "reasoning_content", None) or "" for d in deltas),
+                         self.want_reasoning)
+        self.assertEqual("".join(d.content or "" for d in deltas), self.want_answer)
+        claude = anthropic.Anthropic(base_url=self.server.url, api_key="none")
+        msg = claude.messages.create(model=MODEL, max_tokens=24, messages=chat("dessert?"),
+                                     stop_sequences=["\n"], extra_body={
+                                         "chat_template_kwargs": {"mode": "think"}})
+        self.assertEqual([(b.type, getattr(b, "thinking", None) or getattr(b, "text", None))
+                          for b in msg.content],
+                         [("thinking", self.want_reasoning), ("text", self.want_answer)])
+
+    def test_anthropic_tool_use(self):
+        client = anthropic.Anthropic(base_url=self.server.url, api_key="none")
+        args = dict(model=MODEL, max_tokens=40, messages=chat("weather?"), stop_sequences=["\n"],
+                    tools=[{"name": "get_weather", "input_schema": TOOLS[0]["function"]["parameters"]}])
+        m = client.messages.create(**args)
+        self.assertEqual(m.stop_reason, "tool_use")
+        (block,) = [b for b in m.content if b.type == "tool_use"]
+        self.assertEqual((block.name, block.input), (self.want["name"], self.want["arguments"]))
+        with client.messages.stream(**args) as s:
+            final = s.get_final_message()
+        (block,) = [b for b in final.content if b.type == "tool_use"]
+        self.assertEqual((block.name, block.input), (self.want["name"], self.want["arguments"]))
+        self.assertEqual(final.stop_reason, "tool_use")
+
+
+class FlagsTest(unittest.TestCase):
+    def test_api_key_body_limit_template_flags_and_sigterm(self):
+        from transformers import AutoTokenizer
+        tok = AutoTokenizer.from_pretrained(MODEL)
+        template = "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}\n{% endfor %}{{ cue }}"
+        srv = Server("--api-key", "sekrit", "--max-body-bytes", "2000", "--chat-template",
+                     template, "--chat-template-args", '{"cue": "Answer:"}')
+        try:
+            client = openai.OpenAI(base_url=srv.url + "/v1", api_key="sekrit")
+            for kwargs, cue in ((None, "Answer:"), ({"cue": "Reply in French:"}, "Reply in French:")):
+                r = client.chat.completions.create(
+                    model=MODEL, messages=chat("hi"), max_tokens=1,
+                    extra_body={"chat_template_kwargs": kwargs} if kwargs else None)
+                want = tok.encode("<user>hi\n" + cue, add_special_tokens=False)
+                self.assertEqual(r.usage.prompt_tokens, len(want), cue)
+            body = {"prompt": "Hi", "max_tokens": 1}
+            s, e = srv.request("POST", "/v1/completions", body)
+            self.assertEqual((s, e["error"]["code"]), (401, "invalid_api_key"))
+            s, _ = srv.request("POST", "/v1/completions", body,
+                               {"Authorization": "Bearer wrong"})
+            self.assertEqual(s, 401)
+            s, _ = srv.request("POST", "/v1/completions", body, {"Authorization": "Bearer sekrit"})
+            self.assertEqual(s, 200)
+            self.assertEqual(client.completions.create(model=MODEL, prompt="Hi", max_tokens=1)
+                             .usage.completion_tokens, 1)
+            s, e = srv.request("POST", "/v1/completions", {"prompt": "x" * 5000},
+                               {"Authorization": "Bearer sekrit"})
+            self.assertEqual(s, 413)
+        finally:
+            self.assertEqual(srv.stop(), 0)
+
+
+    def test_refused_flags(self):
+        for flags, words in ((["--adapter-path", "x"], "LoRA"),
+                             (["--chat-template-args", "[1]"], "--chat-template-args"),
+                             (["--port", "0"], "--port")):
+            r = subprocess.run([BINARY, "serve", "--model", MODEL, *flags], capture_output=True,
+                               text=True, timeout=120)
+            self.assertEqual(r.returncode, 1, flags)
+            self.assertIn(words, r.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)

@@ -1,0 +1,330 @@
+// lmx serve's text handling: stop strings and the reasoning / tool-call splitter fed one byte
+// at a time must give what the whole text gives; tool-call parsers against mlx_lm's own
+// (fixtures from scripts/gen_server_fixtures.py); request validation names the bad field; the
+// prompt cache reuses the longest common prefix and respects its byte cap.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "cache/kv_cache.h"
+#include "server/api_error.h"
+#include "server/pipeline.h"
+#include "server/prompt_cache_lru.h"
+#include "server/requests.h"
+#include "server/text_stream.h"
+#include "server/tool_calls.h"
+#include "test_util.h"
+
+namespace {
+
+using namespace lmx::server;
+using ojson = nlohmann::ordered_json;
+namespace mx = mlx::core;
+
+// Feeds `text` in pieces of `step` bytes and joins what comes out.
+std::string stop_stream(const std::vector<std::string>& stops, const std::string& text, size_t step,
+                        bool* stopped = nullptr) {
+  StopMatcher m(stops);
+  std::string out;
+  for (size_t i = 0; i < text.size(); i += step) out += m.push(text.substr(i, step));
+  out += m.flush();
+  if (stopped) *stopped = m.stopped();
+  return out;
+}
+
+TEST(StopMatcher, CutsAtTheEarliestStopInEverySplit) {
+  const std::string text = "Hello wor\xc3\xa9ld. END of it ## more";
+  for (size_t step = 1; step <= text.size(); ++step) {
+    bool stopped = false;
+    EXPECT_EQ(stop_stream({"## ", "END"}, text, step, &stopped), text.substr(0, text.find("END")))
+        << "step " << step;
+    EXPECT_TRUE(stopped);
+  }
+}
+
+TEST(StopMatcher, HoldsBackOnlyWhatCouldStillMatch) {
+  StopMatcher m({"</s>"});
+  EXPECT_EQ(m.push("abc<"), "abc");
+  EXPECT_EQ(m.push("/"), "");
+  EXPECT_EQ(m.push("x"), "</x");  // no longer a prefix of the stop string
+  EXPECT_EQ(m.flush(), "");
+  EXPECT_FALSE(m.stopped());
+  // No stop strings, or an empty one: everything passes at once.
+  for (size_t step = 1; step < 5; ++step) EXPECT_EQ(stop_stream({""}, "a<b>c", step), "a<b>c");
+}
+
+std::vector<Segment> split_stream(const OutputSplitter::Markers& mk, bool in_think,
+                                  const std::string& text, size_t step) {
+  OutputSplitter s(mk, in_think, true);
+  std::vector<Segment> all;
+  auto add = [&](std::vector<Segment> v) {
+    for (auto& seg : v) {
+      if (!all.empty() && all.back().kind == seg.kind && seg.kind != Segment::kToolCall)
+        all.back().text += seg.text;
+      else
+        all.push_back(seg);
+    }
+  };
+  for (size_t i = 0; i < text.size(); i += step) add(s.push(text.substr(i, step)));
+  add(s.flush());
+  return all;
+}
+
+TEST(OutputSplitter, ReasoningContentAndToolBlocksInEverySplit) {
+  const auto mk = output_markers(ToolFormat::kHermes);
+  const std::string text =
+      "<think>plan <b>it</b></think>Sure.<tool_call>{\"name\": \"f\"}</tool_call>"
+      "<tool_call>{\"name\": \"g\"}</tool_call> done";
+  for (size_t step = 1; step <= text.size(); ++step) {
+    auto segs = split_stream(mk, false, text, step);
+    ASSERT_EQ(segs.size(), 5u) << "step " << step;
+    EXPECT_EQ(segs[0].kind, Segment::kReasoning);
+    EXPECT_EQ(segs[0].text, "plan <b>it</b>");
+    EXPECT_EQ(segs[1].kind, Segment::kContent);
+    EXPECT_EQ(segs[1].text, "Sure.");
+    EXPECT_EQ(segs[2].kind, Segment::kToolCall);
+    EXPECT_EQ(segs[2].text, "{\"name\": \"f\"}");
+    EXPECT_EQ(segs[3].text, "{\"name\": \"g\"}");
+    EXPECT_EQ(segs[4].kind, Segment::kContent);
+    EXPECT_EQ(segs[4].text, " done");
+  }
+}
+
+TEST(OutputSplitter, PromptThatOpensThinkingAndBlocksRunningToTheEnd) {
+  auto segs = split_stream(output_markers(ToolFormat::kHermes), true, "a</think>b", 1);
+  ASSERT_EQ(segs.size(), 2u);
+  EXPECT_EQ(segs[0].kind, Segment::kReasoning);
+  EXPECT_EQ(segs[0].text, "a");
+  EXPECT_EQ(segs[1].text, "b");
+  // Mistral's [TOOL_CALLS] block has no end marker: it is closed by the end of the output.
+  segs = split_stream(output_markers(ToolFormat::kMistral), false, "x[TOOL_CALLS][{}]", 2);
+  ASSERT_EQ(segs.size(), 2u);
+  EXPECT_EQ(segs[1].kind, Segment::kToolCall);
+  EXPECT_EQ(segs[1].text, "[{}]");
+}
+
+TEST(ToolCalls, DetectsTheFormatFromTheTemplate) {
+  EXPECT_EQ(detect_tool_format("{{ '<tool_call>' }}"), ToolFormat::kHermes);
+  EXPECT_EQ(detect_tool_format("[TOOL_CALLS] {{ tools }}"), ToolFormat::kMistral);
+  EXPECT_EQ(detect_tool_format("<|python_tag|>"), ToolFormat::kLlama3);
+  EXPECT_EQ(detect_tool_format("<start_function_call>"), ToolFormat::kGemma);
+  EXPECT_EQ(detect_tool_format("<|tool_call>"), ToolFormat::kGemma4);
+  EXPECT_EQ(detect_tool_format("{{ messages }}"), ToolFormat::kNone);
+}
+
+TEST(ToolCalls, ParsersAgreeWithMlxLm) {
+  std::ifstream f(lmx::test::data_path("server/tool_calls.json"));
+  std::stringstream ss;
+  ss << f.rdbuf();
+  const ojson cases = ojson::parse(ss.str());
+  ASSERT_GT(cases.size(), 10u);
+  const std::map<std::string, ToolFormat> formats = {{"hermes", ToolFormat::kHermes},
+                                                     {"mistral", ToolFormat::kMistral},
+                                                     {"gemma", ToolFormat::kGemma},
+                                                     {"gemma4", ToolFormat::kGemma4}};
+  for (const auto& c : cases) {
+    const std::string block = c["block"];
+    auto calls = parse_tool_block(formats.at(c["format"]), block);
+    ASSERT_EQ(calls.size(), c["calls"].size()) << c["format"] << ": " << block;
+    for (size_t i = 0; i < calls.size(); ++i) {
+      EXPECT_EQ(calls[i].name, c["calls"][i]["name"]) << block;
+      // Same JSON value (key order kept: the arguments are shown to the client as text).
+      EXPECT_EQ(ojson::parse(calls[i].arguments), c["calls"][i]["arguments"]) << block;
+    }
+  }
+}
+
+TEST(ToolCalls, Llama3BareJsonAndParameters) {
+  auto calls = parse_bare_json_call(R"( {"name": "f", "parameters": {"x": [1, 2]}} )");
+  ASSERT_EQ(calls.size(), 1u);
+  EXPECT_EQ(calls[0].name, "f");
+  EXPECT_EQ(calls[0].arguments, R"({"x":[1,2]})");
+  EXPECT_TRUE(parse_bare_json_call(R"({"answer": 42})").empty());
+  EXPECT_TRUE(parse_bare_json_call("The answer is {").empty());
+}
+
+// Runs text through an OutputPipeline in pieces of `step` bytes and joins the deltas.
+Delta pipe(PipelineOptions o, const std::string& text, size_t step) {
+  OutputPipeline p(std::move(o));
+  Delta all;
+  auto add = [&](Delta d) {
+    all.content += d.content;
+    all.reasoning += d.reasoning;
+    for (auto& c : d.tool_calls) all.tool_calls.push_back(c);
+  };
+  for (size_t i = 0; i < text.size(); i += step)
+    add(p.push(TokenEvent{1, text.substr(i, step), 0, {}}));
+  add(p.flush());
+  return all;
+}
+
+TEST(OutputPipeline, ToolCallsReasoningAndStopsTogether) {
+  PipelineOptions o;
+  o.tool_format = ToolFormat::kHermes;
+  o.parse_tools = true;
+  o.split_reasoning = true;
+  o.stop = {"<|eot|>"};
+  const std::string text =
+      "<think>need weather</think>Checking.<tool_call>\n{\"name\": \"weather\", "
+      "\"arguments\": {\"city\": \"Oslo\"}}\n</tool_call><|eot|>ignored";
+  for (size_t step = 1; step <= text.size(); step += 3) {
+    Delta d = pipe(o, text, step);
+    EXPECT_EQ(d.reasoning, "need weather");
+    EXPECT_EQ(d.content, "Checking.");
+    ASSERT_EQ(d.tool_calls.size(), 1u) << "step " << step;
+    EXPECT_EQ(d.tool_calls[0].name, "weather");
+    EXPECT_EQ(d.tool_calls[0].arguments, R"({"city":"Oslo"})");
+  }
+  // Without tools offered the block is plain text; a malformed block stays text too.
+  o.parse_tools = false;
+  EXPECT_TRUE(pipe(o, text, 4).tool_calls.empty());
+  o.parse_tools = true;
+  Delta bad = pipe(o, "a<tool_call>{oops</tool_call>", 2);
+  EXPECT_TRUE(bad.tool_calls.empty());
+  EXPECT_EQ(bad.content, "a<tool_call>{oops</tool_call>");
+}
+
+TEST(OutputPipeline, Llama3BareJsonOutputIsAToolCall) {
+  PipelineOptions o;
+  o.tool_format = ToolFormat::kLlama3;
+  o.parse_tools = true;
+  Delta d = pipe(o, R"(  {"name": "f", "parameters": {"x": 1}})", 1);
+  ASSERT_EQ(d.tool_calls.size(), 1u);
+  EXPECT_EQ(d.tool_calls[0].name, "f");
+  EXPECT_EQ(d.content, "");
+  d = pipe(o, "Plain {answer}", 3);
+  EXPECT_TRUE(d.tool_calls.empty());
+  EXPECT_EQ(d.content, "Plain {answer}");
+}
+
+std::string bad_param(const std::string& body, bool chat = true) {
+  try {
+    if (chat)
+      parse_chat_request(parse_body(body), SamplingDefaults{});
+    else
+      parse_completion_request(parse_body(body), SamplingDefaults{});
+  } catch (const ApiError& e) {
+    EXPECT_EQ(e.status, 400);
+    EXPECT_NE(std::string(e.what()).find(e.param), std::string::npos) << e.what();
+    return e.param;
+  }
+  return "(accepted)";
+}
+
+TEST(ServerRequests, ErrorsNameTheField) {
+  const std::string msgs = R"("messages": [{"role": "user", "content": "hi"}])";
+  EXPECT_EQ(bad_param("[1]"), "");
+  EXPECT_EQ(bad_param("{\"messages\": []}"), "messages");
+  EXPECT_EQ(bad_param(R"({"messages": [{"role": "robot", "content": "x"}]})"), "messages[0].role");
+  EXPECT_EQ(bad_param("{" + msgs + R"(, "temperature": "hot"})"), "temperature");
+  EXPECT_EQ(bad_param("{" + msgs + R"(, "temperature": -1})"), "temperature");
+  EXPECT_EQ(bad_param("{" + msgs + R"(, "top_p": 0})"), "top_p");
+  EXPECT_EQ(bad_param("{" + msgs + R"(, "max_tokens": 1.5})"), "max_tokens");
+  EXPECT_EQ(bad_param("{" + msgs + R"(, "max_completion_tokens": -2})"), "max_completion_tokens");
+  EXPECT_EQ(bad_param("{" + msgs + R"(, "logit_bias": {"x": 1}})"), "logit_bias");
+  EXPECT_EQ(bad_param("{" + msgs + R"(, "stop": [1]})"), "stop");
+  EXPECT_EQ(bad_param("{" + msgs + R"(, "tools": [{"type": "function"}]})"), "tools");
+  EXPECT_EQ(bad_param("{" + msgs + R"(, "top_logprobs": 3})"), "top_logprobs");
+  EXPECT_EQ(bad_param("{" + msgs + R"(, "response_format": {"type": "json_object"}})"),
+            "response_format");
+  EXPECT_EQ(bad_param(R"({"prompt": {"a": 1}})", false), "prompt");
+  EXPECT_EQ(bad_param(R"({"prompt": "x", "logprobs": 99})", false), "logprobs");
+  EXPECT_EQ(bad_param("{" + msgs + R"(, "max_tokens": 3, "stop": "x"})"), "(accepted)");
+}
+
+TEST(ServerRequests, FieldsReachTheOptions) {
+  const ChatRequest r = parse_chat_request(
+      parse_body(R"({"messages": [{"role": "user", "content": [{"type": "text", "text": "a"},
+        {"type": "text", "text": "b"}]}, {"role": "assistant", "content": null, "tool_calls":
+        [{"id": "1", "type": "function", "function": {"name": "f", "arguments": "{\"z\": 1}"}}]}],
+        "max_completion_tokens": 7, "temperature": 0.5, "top_k": 3, "seed": 9,
+        "logit_bias": {"12": -100}, "stop": "\n", "stream": true,
+        "stream_options": {"include_usage": true}, "logprobs": true, "top_logprobs": 2,
+        "reasoning_effort": "none"})"),
+      SamplingDefaults{});
+  EXPECT_EQ(r.s.gen.max_tokens, 7);
+  EXPECT_FLOAT_EQ(r.s.gen.sampler.temp, 0.5f);
+  EXPECT_EQ(r.s.gen.sampler.top_k, 3);
+  EXPECT_EQ(r.s.gen.seed, 9u);
+  ASSERT_EQ(r.s.gen.processors.logit_bias.size(), 1u);
+  EXPECT_EQ(r.s.gen.processors.logit_bias[0].first, 12);
+  EXPECT_EQ(r.s.stop, std::vector<std::string>{"\n"});
+  EXPECT_TRUE(r.s.stream && r.s.include_usage);
+  EXPECT_EQ(r.s.top_logprobs, 2);
+  EXPECT_EQ(r.template_kwargs["enable_thinking"], false);
+  EXPECT_EQ(r.messages[0]["content"], "ab");
+  EXPECT_EQ(r.messages[1]["content"], "");
+  EXPECT_EQ(r.messages[1]["tool_calls"][0]["function"]["arguments"]["z"], 1);
+}
+
+TEST(ServerRequests, AnthropicToOpenAIMessages) {
+  const ChatRequest r = parse_anthropic_request(
+      parse_body(R"({"max_tokens": 5, "system": [{"type": "text", "text": "be brief"}],
+        "stop_sequences": ["END"], "messages": [{"role": "user", "content": "weather?"},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "w",
+         "input": {"city": "Oslo"}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1",
+         "content": "cold"}]}],
+        "tools": [{"name": "w", "input_schema": {"type": "object"}}]})"),
+      SamplingDefaults{});
+  ASSERT_EQ(r.messages.size(), 4u);
+  EXPECT_EQ(r.messages[0]["role"], "system");
+  EXPECT_EQ(r.messages[0]["content"], "be brief");
+  EXPECT_EQ(r.messages[2]["tool_calls"][0]["function"]["arguments"]["city"], "Oslo");
+  EXPECT_EQ(r.messages[3]["role"], "tool");
+  EXPECT_EQ(r.messages[3]["content"], "cold");
+  EXPECT_EQ(r.s.stop, std::vector<std::string>{"END"});
+  ASSERT_TRUE(r.tools);
+  EXPECT_EQ((*r.tools)[0]["function"]["name"], "w");
+  try {
+    parse_anthropic_request(parse_body(R"({"messages": [{"role": "user", "content": "x"}]})"),
+                            SamplingDefaults{});
+    ADD_FAILURE() << "max_tokens is required";
+  } catch (const ApiError& e) {
+    EXPECT_EQ(e.param, "max_tokens");
+  }
+}
+
+// A one-layer cache holding `n` tokens of (1, 1, n, 4) float K/V.
+lmx::Cache cache_of(int n) {
+  lmx::Cache c;
+  c.push_back(std::make_unique<lmx::KVCache>());
+  auto kv = mx::zeros({1, 1, n, 4});
+  c[0]->update_and_fetch(kv, kv);
+  return c;
+}
+
+TEST(ServerPromptCache, LongestCommonPrefixTrimmedAndKeyed) {
+  PromptCacheLRU lru(10, std::nullopt);
+  lru.put("m", {1, 2, 3, 4, 5}, cache_of(5));
+  lru.put("m", {1, 2, 9}, cache_of(3));
+  lru.put("other", {1, 2, 3, 4, 5, 6}, cache_of(6));
+  auto hit = lru.take("m", {1, 2, 3, 4, 7, 8});
+  ASSERT_TRUE(hit);
+  EXPECT_EQ(hit->reused, 4u);
+  EXPECT_EQ(hit->cache[0]->offset(), 4);
+  EXPECT_EQ(lru.entries(), 2u);  // taken out while in use
+  // The whole prompt is never reused: its last token has to run.
+  lru.put("m", {1, 2, 3}, cache_of(3));
+  hit = lru.take("m", {1, 2, 3});
+  ASSERT_TRUE(hit);
+  EXPECT_EQ(hit->reused, 2u);
+  EXPECT_FALSE(lru.take("m", {7, 7}));
+  EXPECT_FALSE(lru.take("nobody", {1, 2, 3}));
+}
+
+TEST(ServerPromptCache, EvictsLeastRecentlyUsedPastTheByteCap) {
+  const size_t one = lmx::server::cache_bytes(cache_of(3));
+  PromptCacheLRU lru(10, one * 2);
+  lru.put("m", {1, 1, 1}, cache_of(3));
+  lru.put("m", {2, 2, 2}, cache_of(3));
+  lru.put("m", {3, 3, 3}, cache_of(3));
+  EXPECT_EQ(lru.entries(), 2u);
+  EXPECT_LE(lru.bytes(), one * 2);
+  EXPECT_FALSE(lru.take("m", {1, 1, 1, 1}));  // the oldest went first
+  EXPECT_TRUE(lru.take("m", {3, 3, 3, 3}));
+}
+
+}  // namespace
