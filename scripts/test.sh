@@ -16,6 +16,8 @@ export LMX_TEST_DATA="$data"
 step() { echo "== $*"; }
 step "tiny random models and mlx-lm reference logits"
 "$py" scripts/gen_tiny_models.py "$data"
+step "Qwen3-Embedding reference embeddings"
+"$py" scripts/gen_embed_fixtures.py "$data/embed"
 step "sampler fixtures"
 "$py" scripts/gen_sampler_fixtures.py "$data/sampler"
 step "KV cache fixtures"

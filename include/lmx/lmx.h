@@ -119,6 +119,16 @@ class LanguageModel {
   GenerationStats generate(const std::vector<int>& prompt, const GenerateOptions& options,
                            const std::function<bool(const TokenOutput&)>& on_token);
 
+  // Embeddings (Qwen3-Embedding): `text`'s tokens with the end-of-text token (<|endoftext|>, else
+  // the tokenizer's eos token) appended unless the tokenizer already ended with it.
+  std::vector<int> embedding_tokens(std::string_view text) const;
+  // One L2-normalized float vector per sequence: the final norm's hidden state at the last token.
+  // Sequences run one at a time, so batching never changes a result. Throws lmx::Error for an
+  // empty sequence, an id outside the vocabulary or a sequence longer than the context.
+  std::vector<std::vector<float>> embed(const std::vector<std::vector<int>>& batch);
+  // embed() of embedding_tokens(text) for each text.
+  std::vector<std::vector<float>> embed_texts(const std::vector<std::string>& texts);
+
   struct Impl;
 
  private:

@@ -22,5 +22,6 @@ std::vector<FlagSpec> kv_cache_flags();
 void set_kv_cache_options(const Flags& flags, const LanguageModel& model, GenerateOptions& options);
 int cmd_convert(const Args& args);
 int cmd_bench(const Args& args);
+int cmd_embed(const Args& args);
 
 }  // namespace lmx::cli

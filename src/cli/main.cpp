@@ -15,6 +15,7 @@ commands:
   generate   generate text from a prompt
   convert    convert a Hugging Face model or a GGUF file to MLX format
   bench      measure prompt and decode speed and peak memory
+  embed      embed texts (Qwen3-Embedding checkpoints), printed as JSON
 
 lmx <command> --help shows the flags of a command. lmx --version prints the version and backend.
 )";
@@ -41,6 +42,7 @@ int main(int argc, char** argv) {
     if (cmd == "generate") return cmd_generate(args);
     if (cmd == "convert") return cmd_convert(args);
     if (cmd == "bench") return cmd_bench(args);
+    if (cmd == "embed") return cmd_embed(args);
     std::fprintf(stderr, "lmx: unknown command '%s'\n\n%s", cmd.c_str(), kUsage);
     return 1;
   } catch (const lmx::Error& e) {

@@ -4,6 +4,7 @@
 
 #include "cache/kv_config.h"
 #include "core/error.h"
+#include "engine/embed.h"
 #include "generate/generate.h"
 #include "lmx/lmx.h"
 #include "models/model.h"
@@ -85,6 +86,43 @@ std::vector<int> LanguageModel::encode(std::string_view text, bool add_special_t
 
 std::string LanguageModel::decode(const std::vector<int>& ids) const {
   return impl_->tokenizer.decode(ids);
+}
+
+std::vector<int> LanguageModel::embedding_tokens(std::string_view text) const {
+  const Tokenizer& tok = impl_->tokenizer;
+  std::optional<int> eot = tok.token_to_id("<|endoftext|>");
+  if (!eot && !tok.eos_token_ids().empty()) eot = tok.eos_token_ids().front();
+  check(eot.has_value(), "embed", "the tokenizer has no <|endoftext|> or eos token to append");
+  std::vector<int> ids = tok.encode(text);
+  if (ids.empty() || ids.back() != *eot) ids.push_back(*eot);
+  return ids;
+}
+
+std::vector<std::vector<float>> LanguageModel::embed(const std::vector<std::vector<int>>& batch) {
+  const int vocab = vocab_size();
+  const std::optional<int> ctx = context_length();
+  std::vector<std::vector<float>> out;
+  out.reserve(batch.size());
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const std::vector<int>& ids = batch[i];
+    check(!ids.empty(), "embed", "input ", i, " is empty, expected at least one token");
+    check(!ctx || static_cast<int>(ids.size()) <= *ctx, "embed", "input ", i, " has ",
+          ids.size(), " tokens, longer than the model's context of ", ctx.value_or(0));
+    for (int t : ids)
+      check(t >= 0 && t < vocab, "embed", "input ", i, ": token id ", t,
+            " is outside the vocabulary of ", vocab);
+    mx::array e = embed_sequence(*impl_->loaded.model, ids);
+    mx::eval(e);
+    out.emplace_back(e.data<float>(), e.data<float>() + e.size());
+  }
+  return out;
+}
+
+std::vector<std::vector<float>> LanguageModel::embed_texts(const std::vector<std::string>& texts) {
+  std::vector<std::vector<int>> batch;
+  batch.reserve(texts.size());
+  for (const std::string& t : texts) batch.push_back(embedding_tokens(t));
+  return embed(batch);
 }
 
 GenerationStats LanguageModel::generate(const std::vector<int>& prompt,
