@@ -43,7 +43,8 @@ pip=(.venv/bin/python -m pip install -q --disable-pip-version-check)
 want=("mlx-cpu==$MLX_VERSION")
 ((with_test)) && want+=("mlx==$MLX_VERSION" "mlx-lm==$MLX_LM_VERSION"
   "tokenizers==$TOKENIZERS_VERSION" "transformers==$TRANSFORMERS_VERSION" "gguf==$GGUF_VERSION"
-  "numpy==$NUMPY_VERSION" "safetensors==$SAFETENSORS_VERSION" "jinja2")
+  "numpy==$NUMPY_VERSION" "safetensors==$SAFETENSORS_VERSION" "jinja2"
+  "jsonschema==$JSONSCHEMA_VERSION")
 need=()
 for w in "${want[@]}"; do
   name="${w%%==*}"; ver="${w#*==}"

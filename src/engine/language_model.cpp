@@ -1,8 +1,10 @@
 #include <mlx/mlx.h>
 
+#include <mutex>
 #include <variant>
 
 #include "cache/kv_config.h"
+#include "constrain/token_constraint.h"
 #include "core/error.h"
 #include "engine/embed.h"
 #include "generate/generate.h"
@@ -33,10 +35,20 @@ std::string backend_description() {
 }
 
 struct LanguageModel::Impl {
+  Impl(LoadedWeights l, Tokenizer t, std::vector<int> e)
+      : loaded(std::move(l)), tokenizer(std::move(t)), eos(std::move(e)) {}
   LoadedWeights loaded;
   Tokenizer tokenizer;
   std::vector<int> eos;
   std::vector<KVLayerBits> kv_config;
+  // Token bytes and their trie for constrained decoding, built on first use.
+  std::shared_ptr<const constrain::TokenTable> token_table;
+  std::once_flag token_table_once;
+  const std::shared_ptr<const constrain::TokenTable>& tokens() {
+    std::call_once(token_table_once,
+                   [&] { token_table = constrain::TokenTable::build(tokenizer); });
+    return token_table;
+  }
   int num_caches() const { return static_cast<int>(loaded.model->make_cache().size()); }
 };
 
@@ -52,7 +64,7 @@ LanguageModel LanguageModel::load(const std::filesystem::path& dir) {
   // mlx-lm's TokenizerWrapper adds the tokenizer's own eos token to the config's ids.
   for (int id : tok.eos_token_ids())
     if (std::find(eos.begin(), eos.end(), id) == eos.end()) eos.push_back(id);
-  auto impl = std::make_unique<Impl>(Impl{std::move(loaded), std::move(tok), std::move(eos), {}});
+  auto impl = std::make_unique<Impl>(std::move(loaded), std::move(tok), std::move(eos));
   // mlx-optiq's per-layer KV bits, used by generate unless the options say otherwise.
   if (std::filesystem::exists(dir / "kv_config.json"))
     impl->kv_config = lmx::read_kv_config(dir / "kv_config.json", impl->num_caches());
@@ -86,6 +98,23 @@ std::vector<int> LanguageModel::encode(std::string_view text, bool add_special_t
 
 std::string LanguageModel::decode(const std::vector<int>& ids) const {
   return impl_->tokenizer.decode(ids);
+}
+
+std::shared_ptr<TokenConstraint> LanguageModel::json_schema_constraint(
+    std::string_view schema) const {
+  json j;
+  try {
+    j = json::parse(schema);
+  } catch (const json::parse_error& e) {
+    fail("json-schema", "the schema is not valid JSON: ", e.what());
+  }
+  return std::make_shared<constrain::JsonConstraint>(impl_->tokens(),
+                                                     constrain::compile_schema(j), impl_->eos);
+}
+
+std::shared_ptr<TokenConstraint> LanguageModel::json_object_constraint() const {
+  return std::make_shared<constrain::JsonConstraint>(
+      impl_->tokens(), constrain::any_json_grammar(/*object_only=*/true), impl_->eos);
 }
 
 std::vector<int> LanguageModel::embedding_tokens(std::string_view text) const {
