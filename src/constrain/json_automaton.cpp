@@ -40,8 +40,9 @@ std::string State::key() const {
   std::string k;
   for (const Stack& st : stacks) {
     for (const Frame& f : st) {
-      for (int64_t v : {int64_t{f.node}, int64_t{f.phase}, int64_t{f.count}, int64_t{f.aux},
-                        int64_t{f.prop}, static_cast<int64_t>(f.used), static_cast<int64_t>(f.cand)})
+      for (int64_t v :
+           {int64_t{f.node}, int64_t{f.phase}, int64_t{f.count}, int64_t{f.aux}, int64_t{f.prop},
+            static_cast<int64_t>(f.used), static_cast<int64_t>(f.cand)})
         append_i32(k, v);
     }
     k.push_back('|');
@@ -110,11 +111,15 @@ void JsonAutomaton::step(Stack st, uint8_t b, std::vector<Stack>& out) const {
   Frame& f = st.back();
   const GrammarNode& n = g_.nodes[f.node];
   switch (n.kind) {
-    case Kind::Object: return step_object(std::move(st), b, out);
-    case Kind::Array: return step_array(std::move(st), b, out);
-    case Kind::String: return step_string(std::move(st), b, out);
+    case Kind::Object:
+      return step_object(std::move(st), b, out);
+    case Kind::Array:
+      return step_array(std::move(st), b, out);
+    case Kind::String:
+      return step_string(std::move(st), b, out);
     case Kind::Number:
-    case Kind::Integer: return step_number(std::move(st), b, out);
+    case Kind::Integer:
+      return step_number(std::move(st), b, out);
     case Kind::Literals: {
       const std::string& lit = n.literals[f.aux];
       if (static_cast<uint8_t>(lit[f.count]) != b) return;
@@ -122,7 +127,8 @@ void JsonAutomaton::step(Stack st, uint8_t b, std::vector<Stack>& out) const {
       out.push_back(std::move(st));
       return;
     }
-    case Kind::AnyOf: return;  // expanded by push_value, never on a stack
+    case Kind::AnyOf:
+      return;  // expanded by push_value, never on a stack
   }
 }
 
@@ -186,7 +192,8 @@ void JsonAutomaton::step_object(Stack st, uint8_t b, std::vector<Stack>& out) co
       if (b == ',' && (!n.keys || (all & ~f.used))) f.phase = 3, out.push_back(std::move(st));
       if (b == '}' && (n.required & ~f.used) == 0) pop(std::move(st), b, true, out);
       return;
-    default: return;
+    default:
+      return;
   }
 }
 
@@ -217,7 +224,8 @@ void JsonAutomaton::step_array(Stack st, uint8_t b, std::vector<Stack>& out) con
         pop(std::move(st), b, true, out);
       }
       return;
-    default: return;
+    default:
+      return;
   }
 }
 
@@ -269,7 +277,8 @@ void JsonAutomaton::step_string(Stack st, uint8_t b, std::vector<Stack>& out) co
       f.prop = 0x80 | 0xBF << 8;
       if (--f.aux == 0) f.phase = kChars, f.prop = -1;
       break;
-    default: return;
+    default:
+      return;
   }
   out.push_back(std::move(st));
 }
@@ -304,7 +313,8 @@ void JsonAutomaton::step_number(Stack st, uint8_t b, std::vector<Stack>& out) co
     case kExp:
       if (digit && f.count < kMaxExpDigits) next = kExp;
       break;
-    default: break;
+    default:
+      break;
   }
   if (k == Kind::Number && (f.phase == kInt || f.phase == kZero) && b == '.') next = kDot;
   if (k == Kind::Number && (f.phase == kInt || f.phase == kZero || f.phase == kFrac) &&
@@ -326,7 +336,8 @@ State JsonAutomaton::feed(const State& s, uint8_t byte) const {
   // Forks that converge (anyOf alternatives with the same future) are kept once.
   std::vector<Stack> unique;
   for (Stack& st : next.stacks)
-    if (std::find(unique.begin(), unique.end(), st) == unique.end()) unique.push_back(std::move(st));
+    if (std::find(unique.begin(), unique.end(), st) == unique.end())
+      unique.push_back(std::move(st));
   next.stacks = std::move(unique);
   return next;
 }
@@ -345,8 +356,7 @@ bool JsonAutomaton::accepting(const State& s) const {
     if (st.empty()) return true;
     const Frame& f = st.back();
     const Kind k = g_.nodes[f.node].kind;
-    if (st.size() == 1 && (k == Kind::Number || k == Kind::Integer) &&
-        number_accepting(k, f.phase))
+    if (st.size() == 1 && (k == Kind::Number || k == Kind::Integer) && number_accepting(k, f.phase))
       return true;
   }
   return false;

@@ -11,9 +11,9 @@ namespace {
 
 constexpr const char* kWhere = "json-schema";
 
-const std::set<std::string> kAnnotations = {
-    "title",    "description", "default",  "examples", "$schema",   "$id",
-    "$comment", "deprecated",  "readOnly", "writeOnly", "$defs",    "definitions"};
+const std::set<std::string> kAnnotations = {"title",    "description", "default",  "examples",
+                                            "$schema",  "$id",         "$comment", "deprecated",
+                                            "readOnly", "writeOnly",   "$defs",    "definitions"};
 
 class Compiler {
  public:
@@ -70,9 +70,10 @@ class Compiler {
     check(s.is_object(), kWhere, "the schema at ", at, " must be an object, got ", s.dump());
     for (const auto& [key, _] : s.items()) {
       static const std::set<std::string> known = {
-          "type",     "properties", "required",  "additionalProperties", "items",
-          "minItems", "maxItems",   "minLength", "maxLength",            "enum",
-          "const",    "anyOf",      "$ref"};
+          "type",      "properties", "required", "additionalProperties",
+          "items",     "minItems",   "maxItems", "minLength",
+          "maxLength", "enum",       "const",    "anyOf",
+          "$ref"};
       check(known.count(key) || kAnnotations.count(key), kWhere, "unsupported keyword '", key,
             "' at ", at);
     }
@@ -80,16 +81,16 @@ class Compiler {
     if (s.contains("const")) return literals({s["const"].dump()});
     if (s.contains("enum")) {
       const json& e = s["enum"];
-      check(e.is_array() && !e.empty(), kWhere, "enum at ", at,
-            " must be a non-empty array, got ", e.dump());
+      check(e.is_array() && !e.empty(), kWhere, "enum at ", at, " must be a non-empty array, got ",
+            e.dump());
       std::vector<std::string> lits;
       for (const auto& v : e) lits.push_back(v.dump());
       return literals(std::move(lits));
     }
     if (s.contains("anyOf")) {
       const json& a = s["anyOf"];
-      check(a.is_array() && !a.empty(), kWhere, "anyOf at ", at,
-            " must be a non-empty array, got ", a.dump());
+      check(a.is_array() && !a.empty(), kWhere, "anyOf at ", at, " must be a non-empty array, got ",
+            a.dump());
       check(!s.contains("type"), kWhere, "anyOf together with type at ", at,
             " is unsupported; put the type inside each alternative");
       GrammarNode n;
@@ -184,8 +185,8 @@ class Compiler {
             " without properties is unsupported");
       if (extra && extra->is_boolean() && !extra->get<bool>()) return literals({"{}"});
       const int id = free_object(-1);
-      g.nodes[id].value = extra && extra->is_object() ? compile(*extra, at + "/additionalProperties")
-                                                      : any();
+      g.nodes[id].value =
+          extra && extra->is_object() ? compile(*extra, at + "/additionalProperties") : any();
       return id;
     }
     check(!extra || (extra->is_boolean() && !extra->get<bool>()), kWhere,
@@ -200,7 +201,8 @@ class Compiler {
     for (const auto& [key, _] : props.items()) keys.push_back(key);
     const int id = add(std::move(n));
     std::vector<int> values;
-    for (const std::string& key : keys) values.push_back(compile(props[key], at + "/properties/" + key));
+    for (const std::string& key : keys)
+      values.push_back(compile(props[key], at + "/properties/" + key));
     GrammarNode& o = g.nodes[id];
     o.props = values;
     for (const std::string& key : keys) {

@@ -108,8 +108,8 @@ std::shared_ptr<TokenConstraint> LanguageModel::json_schema_constraint(
   } catch (const json::parse_error& e) {
     fail("json-schema", "the schema is not valid JSON: ", e.what());
   }
-  return std::make_shared<constrain::JsonConstraint>(impl_->tokens(),
-                                                     constrain::compile_schema(j), impl_->eos);
+  return std::make_shared<constrain::JsonConstraint>(impl_->tokens(), constrain::compile_schema(j),
+                                                     impl_->eos);
 }
 
 std::shared_ptr<TokenConstraint> LanguageModel::json_object_constraint() const {
@@ -135,8 +135,8 @@ std::vector<std::vector<float>> LanguageModel::embed(const std::vector<std::vect
   for (size_t i = 0; i < batch.size(); ++i) {
     const std::vector<int>& ids = batch[i];
     check(!ids.empty(), "embed", "input ", i, " is empty, expected at least one token");
-    check(!ctx || static_cast<int>(ids.size()) <= *ctx, "embed", "input ", i, " has ",
-          ids.size(), " tokens, longer than the model's context of ", ctx.value_or(0));
+    check(!ctx || static_cast<int>(ids.size()) <= *ctx, "embed", "input ", i, " has ", ids.size(),
+          " tokens, longer than the model's context of ", ctx.value_or(0));
     for (int t : ids)
       check(t >= 0 && t < vocab, "embed", "input ", i, ": token id ", t,
             " is outside the vocabulary of ", vocab);

@@ -57,16 +57,16 @@ std::string check_with_python(const std::vector<Output>& outs, bool& ok) {
 
 TEST(JsonSchemaGenerate, SampledOutputsParseAndValidate) {
   LanguageModel model = LanguageModel::load(test::data_path("smollm2-135m-instruct-4bit"));
-  const std::vector<int> prompt =
-      model.encode("<|im_start|>user\nDescribe a person as JSON.<|im_end|>\n<|im_start|>assistant\n");
+  const std::vector<int> prompt = model.encode(
+      "<|im_start|>user\nDescribe a person as JSON.<|im_end|>\n<|im_start|>assistant\n");
   std::vector<Output> outs;
   const auto run = [&](const std::string& schema, uint64_t seed, float temp) {
     GenerateOptions opt;
     opt.max_tokens = 160;
     opt.sampler.temp = temp;
     opt.seed = seed;
-    opt.constraint = schema == "null" ? model.json_object_constraint()
-                                      : model.json_schema_constraint(schema);
+    opt.constraint =
+        schema == "null" ? model.json_object_constraint() : model.json_schema_constraint(schema);
     Output o{schema, ""};
     model.generate(prompt, opt, [&](const TokenOutput& t) {
       o.text.append(t.text);
@@ -78,7 +78,8 @@ TEST(JsonSchemaGenerate, SampledOutputsParseAndValidate) {
   for (const char* schema : kSchemas)
     for (uint64_t seed : {1, 2, 3}) run(schema, seed, seed == 3 ? 1.5f : 0.8f);
   for (uint64_t seed : {4, 5}) run("null", seed, 0.7f);
-  for (const Output& o : outs) EXPECT_TRUE(o.complete) << "stopped before the value ended: " << o.text;
+  for (const Output& o : outs)
+    EXPECT_TRUE(o.complete) << "stopped before the value ended: " << o.text;
   bool ok = false;
   const std::string report = check_with_python(outs, ok);
   EXPECT_TRUE(ok) << report;
@@ -91,9 +92,9 @@ TEST(JsonSchemaGenerate, CliFlags) {
   const fs::path schema = fs::temp_directory_path() / "lmx_test_schema.json";
   std::ofstream(schema) << kSchemas[2];
   const std::string model = test::data_path("smollm2-135m-instruct-4bit").string();
-  test::RunResult r = test::run_lmx("generate --model " + model +
-                                    " --prompt 'Numbers:' --max-tokens 40 --json-schema " +
-                                    schema.string());
+  test::RunResult r =
+      test::run_lmx("generate --model " + model +
+                    " --prompt 'Numbers:' --max-tokens 40 --json-schema " + schema.string());
   ASSERT_EQ(r.exit_code, 0) << r.err;
   json v = json::parse(r.out);  // the output plus the CLI's newline
   EXPECT_TRUE(v.is_array() && v.size() >= 2 && v.size() <= 5) << r.out;

@@ -86,8 +86,8 @@ TEST(Embed, CliPrintsTheSameVectors) {
   const EmbedRow r = load_rows().at(0);
   const fs::path file = fs::temp_directory_path() / "lmx_embed_texts.txt";
   std::ofstream(file) << r.texts[2] << "\n\n" << r.texts[0] << "\n";
-  test::RunResult res = test::run_lmx("embed --model " + r.dir.string() + " --text '" +
-                                      r.texts[1] + "' --file " + file.string());
+  test::RunResult res = test::run_lmx("embed --model " + r.dir.string() + " --text '" + r.texts[1] +
+                                      "' --file " + file.string());
   fs::remove(file);
   ASSERT_EQ(res.exit_code, 0) << res.err;
   const auto vecs = parse_cli_output(res.out);
