@@ -333,6 +333,7 @@ void JsonAutomaton::step_number(Stack st, uint8_t b, std::vector<Stack>& out) co
 State JsonAutomaton::feed(const State& s, uint8_t byte) const {
   State next;
   for (const Stack& st : s.stacks) step(st, byte, next.stacks);
+  if (next.stacks.size() < 2) return next;
   // Forks that converge (anyOf alternatives with the same future) are kept once.
   std::vector<Stack> unique;
   for (Stack& st : next.stacks)

@@ -62,8 +62,9 @@ std::pair<mx::array, mx::array> TokenGenerator::step(const mx::array& input, boo
     logits = process_logits(*history_, logits, opt_.processors);
   }
   if (opt_.constraint) {
-    // The mask depends on the token just sampled: read it here, outside the model (the loop
-    // reads it next anyway).
+    // The mask depends on the token just sampled: the forward is queued first, so the host
+    // reads that token (outside the model) and builds the mask while the forward runs.
+    mx::async_eval({logits});
     if (generated) opt_.constraint->accept(input.item<int>());
     logits = constrain::apply_constraint(logits, *opt_.constraint);
   }
