@@ -1,7 +1,7 @@
 """JSON texts labelled by Python's json + jsonschema, for lmx's schema automaton.
 
-scripts/gen_json_schema_fixtures.py OUT_DIR writes OUT_DIR/cases.json: for each schema, compact
-JSON texts drawn from the schema (`sample`: true; lmx's automaton must accept every one) and
+scripts/gen_json_schema_fixtures.py OUT_DIR writes OUT_DIR/cases.json: for each schema, JSON
+texts drawn from the schema, compact and with json.dumps' ", " / ": " separators (`sample`: true; lmx's automaton must accept every one) and
 mutations of them (a character deleted, inserted or replaced, a truncation, a required key
 dropped, an extra key, a wrong type), each with `valid` from `json.loads` (strict: no NaN) and
 `jsonschema.validate`. lmx must accept no text that Python calls invalid.
@@ -180,7 +180,11 @@ def main():
             value = sample(schema, schema, rng)
             text = dumps(value)
             assert valid(schema, text), (name, text)
-            for t, is_sample in [(text, True)] + [(m, False) for m in mutations(text, value, rng)]:
+            # json.dumps' default separators put one space after ':' and ',', which lmx allows.
+            spaced = json.dumps(value, ensure_ascii=False)
+            candidates = [(text, True), (spaced, True)]
+            candidates += [(m, False) for m in mutations(text, value, rng) + mutations(spaced, value, rng)]
+            for t, is_sample in candidates:
                 if t in seen:
                     continue
                 seen.add(t)

@@ -135,7 +135,7 @@ class LanguageModel {
   GenerationStats generate(const std::vector<int>& prompt, const GenerateOptions& options,
                            const std::function<bool(const TokenOutput&)>& on_token);
 
-  // A constraint for GenerateOptions::constraint: the output is one compact JSON value valid
+  // A constraint for GenerateOptions::constraint: the output is one JSON value valid
   // against `schema` (JSON Schema text; keywords in docs/json-schema.md), then EOS. Throws
   // lmx::Error("[json-schema] ...") naming an unsupported keyword or a bad value.
   std::shared_ptr<TokenConstraint> json_schema_constraint(std::string_view schema) const;

@@ -30,6 +30,13 @@ int32_t first_cont_range(uint8_t lead) {
   return 0x80 | 0xBF << 8;
 }
 
+// The node of a frame that takes one optional space before what follows ':' or ','.
+constexpr int32_t kSpace = -1;
+
+void push_space(std::vector<Stack>& stacks, size_t from) {
+  for (size_t i = from; i < stacks.size(); ++i) stacks[i].push_back(Frame{.node = kSpace});
+}
+
 void append_i32(std::string& out, int64_t v) {
   out.append(reinterpret_cast<const char*>(&v), sizeof v);
 }
@@ -108,6 +115,14 @@ void JsonAutomaton::pop(Stack st, uint8_t b, bool consumed, std::vector<Stack>& 
 
 void JsonAutomaton::step(Stack st, uint8_t b, std::vector<Stack>& out) const {
   if (st.empty()) return;  // nothing may follow a complete value
+  if (st.back().node == kSpace) {
+    st.pop_back();
+    if (b == ' ')
+      out.push_back(std::move(st));
+    else
+      step(std::move(st), b, out);
+    return;
+  }
   Frame& f = st.back();
   const GrammarNode& n = g_.nodes[f.node];
   switch (n.kind) {
@@ -183,13 +198,20 @@ void JsonAutomaton::step_object(Stack st, uint8_t b, std::vector<Stack>& out) co
       out.push_back(std::move(st));
       return;
     }
-    case 4:
+    case 4: {
       if (b != ':') return;
       f.phase = 5;
+      const size_t from = out.size();
       push_value(std::move(st), n.keys ? n.props[f.prop] : n.value, out);
+      push_space(out, from);
       return;
+    }
     case 6:
-      if (b == ',' && (!n.keys || (all & ~f.used))) f.phase = 3, out.push_back(std::move(st));
+      if (b == ',' && (!n.keys || (all & ~f.used))) {
+        f.phase = 3;
+        out.push_back(std::move(st));
+        push_space(out, out.size() - 1);
+      }
       if (b == '}' && (n.required & ~f.used) == 0) pop(std::move(st), b, true, out);
       return;
     default:
@@ -219,7 +241,9 @@ void JsonAutomaton::step_array(Stack st, uint8_t b, std::vector<Stack>& out) con
     case 3:
       if (b == ',' && (n.max_items < 0 || f.count < n.max_items)) {
         f.phase = 2;
+        const size_t from = out.size();
         push_value(std::move(st), n.value, out);
+        push_space(out, from);
       } else if (b == ']' && f.count >= n.min_items) {
         pop(std::move(st), b, true, out);
       }
@@ -356,9 +380,9 @@ bool JsonAutomaton::accepting(const State& s) const {
   for (const Stack& st : s.stacks) {
     if (st.empty()) return true;
     const Frame& f = st.back();
+    if (st.size() != 1) continue;  // inside a container (or before its optional space)
     const Kind k = g_.nodes[f.node].kind;
-    if (st.size() == 1 && (k == Kind::Number || k == Kind::Integer) && number_accepting(k, f.phase))
-      return true;
+    if ((k == Kind::Number || k == Kind::Integer) && number_accepting(k, f.phase)) return true;
   }
   return false;
 }

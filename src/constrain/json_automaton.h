@@ -1,7 +1,7 @@
 // The grammar of json_grammar.h run as a nondeterministic pushdown automaton over bytes: a state
 // is the set of live stacks (anyOf, enum and number endings fork), each frame one open value.
-// Output is compact JSON (no whitespace outside strings), so every accepted text is finite under
-// the grammar's length bounds.
+// Output is compact JSON but for one optional space after each ':' and ',' (what models write),
+// so every accepted text is finite under the grammar's length bounds.
 #pragma once
 
 #include <cstdint>

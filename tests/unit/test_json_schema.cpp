@@ -43,7 +43,9 @@ TEST(JsonSchema, AnyJsonAndObjectOnly) {
   JsonAutomaton any(any_json_grammar(false)), obj(any_json_grammar(true));
   for (const char* v : {"1", "-0.5e+10", "\"x\"", "[1,[2,{}]]", "{\"a\":{\"b\":[null]}}", "true"})
     EXPECT_TRUE(any.matches(v)) << v;
-  for (const char* v : {"01", "1.", "[1,]", "{\"a\"}", "\"\\x\"", "nul", "{} ", "-", "1e"})
+  EXPECT_TRUE(any.matches("{\"a\": 1, \"b\": [1, 2]}"));  // one space after ':' and ','
+  for (const char* v : {"01", "1.", "[1,]", "{\"a\"}", "\"\\x\"", "nul", "{} ", "-", "1e",
+                        "{\"a\":  1}", "{\"a\" :1}", " 1", "[ 1]", "[1 ,2]"})
     EXPECT_FALSE(any.matches(v)) << v;
   EXPECT_TRUE(obj.matches("{\"a\":1}"));
   EXPECT_FALSE(obj.matches("[1]"));
