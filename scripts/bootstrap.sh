@@ -44,7 +44,7 @@ want=("mlx-cpu==$MLX_VERSION")
 ((with_test)) && want+=("mlx==$MLX_VERSION" "mlx-lm==$MLX_LM_VERSION"
   "tokenizers==$TOKENIZERS_VERSION" "transformers==$TRANSFORMERS_VERSION" "gguf==$GGUF_VERSION"
   "numpy==$NUMPY_VERSION" "safetensors==$SAFETENSORS_VERSION" "jinja2"
-  "openai" "anthropic")
+  "openai" "anthropic" "jsonschema==$JSONSCHEMA_VERSION")
 need=()
 for w in "${want[@]}"; do
   name="${w%%==*}"; ver="${w#*==}"

@@ -53,6 +53,20 @@ struct KVLayerBits {
   bool operator==(const KVLayerBits&) const = default;
 };
 
+// Decides which tokens may come next (JSON-schema decoding). generate() asks for the mask on the
+// host before sampling each token and reports every token it sampled; one constraint serves one
+// generation.
+class TokenConstraint {
+ public:
+  virtual ~TokenConstraint() = default;
+  // allowed()[id] != 0: token `id` may come next (ids past its size never may).
+  virtual const std::vector<uint8_t>& allowed() = 0;
+  // Advances past a sampled token. Throws lmx::Error for a token that was not allowed.
+  virtual void accept(int token) = 0;
+  // The output so far is complete (an EOS token is allowed).
+  virtual bool complete() const = 0;
+};
+
 struct GenerateOptions {
   int max_tokens = 256;
   int prefill_step_size = 2048;
@@ -69,6 +83,8 @@ struct GenerateOptions {
   // cache holds a token; kv_bits covers the others. Unset: the model directory's kv_config.json
   // when there is one (LanguageModel::generate); empty: off.
   std::optional<std::vector<KVLayerBits>> kv_config;
+  // Masks the logits before sampling (after the logits processors); null: off.
+  std::shared_ptr<TokenConstraint> constraint;
 };
 
 struct GenerationStats {
@@ -145,6 +161,23 @@ class LanguageModel {
   // Tensor-parallel loads: rank 0's payload on every rank (a collective: all ranks call it, e.g.
   // with each request rank 0 receives, before all of them generate). Otherwise the payload.
   std::string broadcast_from_rank0(const std::string& payload) const;
+
+  // A constraint for GenerateOptions::constraint: the output is one JSON value valid
+  // against `schema` (JSON Schema text; keywords in docs/json-schema.md), then EOS. Throws
+  // lmx::Error("[json-schema] ...") naming an unsupported keyword or a bad value.
+  std::shared_ptr<TokenConstraint> json_schema_constraint(std::string_view schema) const;
+  // Any JSON object (response_format json_object).
+  std::shared_ptr<TokenConstraint> json_object_constraint() const;
+
+  // Embeddings (Qwen3-Embedding): `text`'s tokens with the end-of-text token (<|endoftext|>, else
+  // the tokenizer's eos token) appended unless the tokenizer already ended with it.
+  std::vector<int> embedding_tokens(std::string_view text) const;
+  // One L2-normalized float vector per sequence: the final norm's hidden state at the last token.
+  // Sequences run one at a time, so batching never changes a result. Throws lmx::Error for an
+  // empty sequence, an id outside the vocabulary or a sequence longer than the context.
+  std::vector<std::vector<float>> embed(const std::vector<std::vector<int>>& batch);
+  // embed() of embedding_tokens(text) for each text.
+  std::vector<std::vector<float>> embed_texts(const std::vector<std::string>& texts);
 
   struct Impl;
 

@@ -1,6 +1,8 @@
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
+#include <sstream>
 
 #include "cli/commands.h"
 #include "cli/flags.h"
@@ -112,6 +114,9 @@ int cmd_generate(const Args& args) {
   for (auto& spec : kv_cache_flags()) f.add(spec);
   for (auto& spec : tensor_parallel_flags()) f.add(spec);
   f.add({"verbose", "print speed and memory statistics to standard error", true});
+  f.add({"json-schema", "constrain the output to JSON valid against this schema file", false,
+         "FILE"});
+  f.add({"json-object", "constrain the output to a JSON object", true});
   if (!f.parse(args)) {
     std::fputs(f.usage().c_str(), stdout);
     return 0;
@@ -125,6 +130,15 @@ int cmd_generate(const Args& args) {
   // standard output).
   const bool report = tensor_parallel_rank().value_or(0) == 0;
   set_kv_cache_options(f, model, opt);
+  if (f.has("json-schema")) {
+    std::ifstream in(f.str("json-schema"));
+    check(in.good(), "lmx generate", "cannot read --json-schema '", f.str("json-schema"), "'");
+    std::stringstream ss;
+    ss << in.rdbuf();
+    opt.constraint = model.json_schema_constraint(ss.str());
+  } else if (f.on("json-object")) {
+    opt.constraint = model.json_object_constraint();
+  }
   const std::vector<int> ids = model.encode(prompt);
   GenerationStats st = model.generate(ids, opt, [](const TokenOutput& t) {
     std::fwrite(t.text.data(), 1, t.text.size(), stdout);

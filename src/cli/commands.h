@@ -31,5 +31,6 @@ int cmd_convert(const Args& args);
 int cmd_bench(const Args& args);
 int cmd_chat(const Args& args);
 int cmd_serve(const Args& args);
+int cmd_embed(const Args& args);
 
 }  // namespace lmx::cli

@@ -40,6 +40,7 @@ bool Flags::parse(const std::vector<std::string>& args) {
       value = args[++i];
     }
     values_[name] = *value;
+    all_[name].push_back(*value);
   }
   return true;
 }
@@ -63,6 +64,11 @@ std::string Flags::usage() const {
 std::string Flags::str(const std::string& name, const std::string& fallback) const {
   auto it = values_.find(name);
   return it == values_.end() ? fallback : it->second;
+}
+
+std::vector<std::string> Flags::all(const std::string& name) const {
+  auto it = all_.find(name);
+  return it == all_.end() ? std::vector<std::string>{} : it->second;
 }
 
 std::string Flags::required(const std::string& name) const {

@@ -33,11 +33,14 @@ class Flags {
   float number(const std::string& name, float fallback) const;
   std::optional<float> opt_number(const std::string& name) const;
   bool on(const std::string& name) const { return has(name); }
+  // Every value a repeatable flag was given, in order (str() gives the last).
+  std::vector<std::string> all(const std::string& name) const;
 
  private:
   std::string command_, summary_;
   std::vector<FlagSpec> specs_;
   std::map<std::string, std::string> values_;
+  std::map<std::string, std::vector<std::string>> all_;
 };
 
 }  // namespace lmx::cli

@@ -17,6 +17,7 @@ commands:
   bench      measure prompt and decode speed and peak memory
   chat       chat with a model in the terminal
   serve      serve the model over HTTP (OpenAI and Anthropic APIs)
+  embed      embed texts (Qwen3-Embedding checkpoints), printed as JSON
 
 lmx <command> --help shows the flags of a command. lmx --version prints the version and backend.
 )";
@@ -45,6 +46,7 @@ int main(int argc, char** argv) {
     if (cmd == "bench") return cmd_bench(args);
     if (cmd == "chat") return cmd_chat(args);
     if (cmd == "serve") return cmd_serve(args);
+    if (cmd == "embed") return cmd_embed(args);
     std::fprintf(stderr, "lmx: unknown command '%s'\n\n%s", cmd.c_str(), kUsage);
     return 1;
   } catch (const lmx::Error& e) {

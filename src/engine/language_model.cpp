@@ -1,9 +1,12 @@
 #include <mlx/mlx.h>
 
+#include <mutex>
 #include <variant>
 
 #include "cache/kv_config.h"
+#include "constrain/token_constraint.h"
 #include "core/error.h"
+#include "engine/embed.h"
 #include "engine/model_impl.h"
 #include "engine/tensor_parallel.h"
 #include "generate/generate.h"
@@ -49,8 +52,8 @@ LanguageModel LanguageModel::load(const std::filesystem::path& dir, const LoadOp
   // mlx-lm's TokenizerWrapper adds the tokenizer's own eos token to the config's ids.
   for (int id : tok.eos_token_ids())
     if (std::find(eos.begin(), eos.end(), id) == eos.end()) eos.push_back(id);
-  auto impl = std::make_unique<Impl>(
-      Impl{std::move(loaded), std::move(tok), std::move(eos), {}, std::move(shard)});
+  auto impl =
+      std::make_unique<Impl>(std::move(loaded), std::move(tok), std::move(eos), std::move(shard));
   // mlx-optiq's per-layer KV bits, used by generate unless the options say otherwise.
   if (std::filesystem::exists(dir / "kv_config.json"))
     impl->kv_config = lmx::read_kv_config(dir / "kv_config.json", impl->num_caches());
@@ -89,6 +92,60 @@ std::vector<int> LanguageModel::encode(std::string_view text, bool add_special_t
 
 std::string LanguageModel::decode(const std::vector<int>& ids) const {
   return impl_->tokenizer.decode(ids);
+}
+
+std::shared_ptr<TokenConstraint> LanguageModel::json_schema_constraint(
+    std::string_view schema) const {
+  json j;
+  try {
+    j = json::parse(schema);
+  } catch (const json::parse_error& e) {
+    fail("json-schema", "the schema is not valid JSON: ", e.what());
+  }
+  return std::make_shared<constrain::JsonConstraint>(impl_->tokens(), constrain::compile_schema(j),
+                                                     impl_->eos);
+}
+
+std::shared_ptr<TokenConstraint> LanguageModel::json_object_constraint() const {
+  return std::make_shared<constrain::JsonConstraint>(
+      impl_->tokens(), constrain::any_json_grammar(/*object_only=*/true), impl_->eos);
+}
+
+std::vector<int> LanguageModel::embedding_tokens(std::string_view text) const {
+  const Tokenizer& tok = impl_->tokenizer;
+  std::optional<int> eot = tok.token_to_id("<|endoftext|>");
+  if (!eot && !tok.eos_token_ids().empty()) eot = tok.eos_token_ids().front();
+  check(eot.has_value(), "embed", "the tokenizer has no <|endoftext|> or eos token to append");
+  std::vector<int> ids = tok.encode(text);
+  if (ids.empty() || ids.back() != *eot) ids.push_back(*eot);
+  return ids;
+}
+
+std::vector<std::vector<float>> LanguageModel::embed(const std::vector<std::vector<int>>& batch) {
+  const int vocab = vocab_size();
+  const std::optional<int> ctx = context_length();
+  std::vector<std::vector<float>> out;
+  out.reserve(batch.size());
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const std::vector<int>& ids = batch[i];
+    check(!ids.empty(), "embed", "input ", i, " is empty, expected at least one token");
+    check(!ctx || static_cast<int>(ids.size()) <= *ctx, "embed", "input ", i, " has ", ids.size(),
+          " tokens, longer than the model's context of ", ctx.value_or(0));
+    for (int t : ids)
+      check(t >= 0 && t < vocab, "embed", "input ", i, ": token id ", t,
+            " is outside the vocabulary of ", vocab);
+    mx::array e = embed_sequence(*impl_->loaded.model, ids);
+    mx::eval(e);
+    out.emplace_back(e.data<float>(), e.data<float>() + e.size());
+  }
+  return out;
+}
+
+std::vector<std::vector<float>> LanguageModel::embed_texts(const std::vector<std::string>& texts) {
+  std::vector<std::vector<int>> batch;
+  batch.reserve(texts.size());
+  for (const std::string& t : texts) batch.push_back(embedding_tokens(t));
+  return embed(batch);
 }
 
 void validate_request(const LanguageModel& model, const std::vector<int>& prompt,

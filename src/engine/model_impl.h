@@ -1,10 +1,13 @@
 // What LanguageModel holds, shared by the engine's files (language_model.cpp, session.cpp).
 #pragma once
 
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <vector>
 
 #include "cache/kv_config.h"
+#include "constrain/token_constraint.h"
 #include "lmx/lmx.h"
 #include "models/model.h"
 #include "tokenizer/tokenizer.h"
@@ -12,11 +15,21 @@
 namespace lmx {
 
 struct LanguageModel::Impl {
+  Impl(LoadedWeights l, Tokenizer t, std::vector<int> e, std::optional<ShardSpec> s)
+      : loaded(std::move(l)), tokenizer(std::move(t)), eos(std::move(e)), shard(std::move(s)) {}
   LoadedWeights loaded;
   Tokenizer tokenizer;
   std::vector<int> eos;
   std::vector<KVLayerBits> kv_config;  // kv_config.json of the model directory
   std::optional<ShardSpec> shard;      // tensor parallelism: this rank's part
+  // Token bytes and their trie for constrained decoding, built on first use.
+  std::shared_ptr<const constrain::TokenTable> token_table;
+  std::once_flag token_table_once;
+  const std::shared_ptr<const constrain::TokenTable>& tokens() {
+    std::call_once(token_table_once,
+                   [&] { token_table = constrain::TokenTable::build(tokenizer); });
+    return token_table;
+  }
   int num_caches() const { return static_cast<int>(loaded.model->make_cache().size()); }
 };
 

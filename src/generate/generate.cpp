@@ -4,6 +4,7 @@
 
 #include "cache/kv_config.h"
 #include "cache/quantized_kv_cache.h"
+#include "constrain/token_constraint.h"
 #include "core/error.h"
 
 namespace lmx {
@@ -45,13 +46,13 @@ TokenGenerator::TokenGenerator(Model& model, Cache& cache, std::vector<int> prom
     done += n;
     mx::clear_cache();
   }
-  auto [y, lp] = step(mx::slice(tokens, {done}, {total}));
+  auto [y, lp] = step(mx::slice(tokens, {done}, {total}), /*generated=*/false);
   mx::async_eval({y, lp});
   y_ = y;
   logprobs_ = lp;
 }
 
-std::pair<mx::array, mx::array> TokenGenerator::step(const mx::array& input) {
+std::pair<mx::array, mx::array> TokenGenerator::step(const mx::array& input, bool generated) {
   mx::array logits = model_(mx::expand_dims(input, 0), cache_);
   const int L = logits.shape(1), V = logits.shape(2);
   logits =
@@ -59,6 +60,13 @@ std::pair<mx::array, mx::array> TokenGenerator::step(const mx::array& input) {
   if (opt_.processors.any()) {
     history_ = history_ ? mx::concatenate({*history_, input}) : input;
     logits = process_logits(*history_, logits, opt_.processors);
+  }
+  if (opt_.constraint) {
+    // The mask depends on the token just sampled: the forward is queued first, so the host
+    // reads that token (outside the model) and builds the mask while the forward runs.
+    mx::async_eval({logits});
+    if (generated) opt_.constraint->accept(input.item<int>());
+    logits = constrain::apply_constraint(logits, *opt_.constraint);
   }
   maybe_quantize_kv_cache(cache_, opt_);
   mx::array logprobs = mx::subtract(logits, mx::logsumexp(logits, -1, /*keepdims=*/true));
@@ -70,7 +78,7 @@ std::optional<Step> TokenGenerator::next() {
   if (n_ == opt_.max_tokens || !y_) return std::nullopt;
   std::optional<mx::array> next_y, next_lp;
   if (n_ + 1 != opt_.max_tokens) {
-    auto [ny, nlp] = step(*y_);
+    auto [ny, nlp] = step(*y_, /*generated=*/true);
     mx::async_eval({ny, nlp});
     next_y = ny;
     next_lp = nlp;

@@ -27,7 +27,7 @@ class TokenGenerator {
   const GenerationStats& stats() const { return stats_; }
 
  private:
-  std::pair<mx::array, mx::array> step(const mx::array& input);
+  std::pair<mx::array, mx::array> step(const mx::array& input, bool generated);
 
   Model& model_;
   Cache& cache_;

@@ -28,8 +28,18 @@ nn::DecoderOptions parse_args(const json& c) {
   return o;
 }
 
+// Qwen3-Embedding checkpoints are saved as transformers' Qwen3Model (the body alone): its keys
+// lack the "model." prefix of Qwen3ForCausalLM.
+void add_model_prefix(Weights& w) {
+  if (w.count("model.embed_tokens.weight") || !w.count("embed_tokens.weight")) return;
+  Weights out;
+  for (auto& [k, v] : w) out.emplace(k.rfind("lm_head.", 0) == 0 ? k : "model." + k, v);
+  w = std::move(out);
+}
+
 const ArchitectureRegistrar kQwen3("qwen3",
                                    {[](const json& c, Weights& w) {
+                                      add_model_prefix(w);
                                       if (JsonView{c, kSource}.get<bool>("tie_word_embeddings"))
                                         w.erase("lm_head.weight");
                                     },
