@@ -80,10 +80,21 @@ struct TokenOutput {
   std::string_view text;
 };
 
+// Which implementation runs a model (docs/cpu.md).
+struct LoadOptions {
+  // Tier L1: stock MLX ops only, logits bit-identical to mlx-lm. Off (the default, tier L3):
+  // on the CPU, quantized matmuls run lmx's SIMD kernels (float32 accumulation).
+  bool exact = false;
+};
+
+// What a model loaded with these options runs on, e.g. "L3 (lmx CPU kernels: avx512, 2 threads)"
+// or "L1 (exact: stock MLX ops)".
+std::string tier_description(const LoadOptions& options = {});
+
 class LanguageModel {
  public:
   // Loads config.json, model*.safetensors, tokenizer.json from `dir`. Throws lmx::Error.
-  static LanguageModel load(const std::filesystem::path& dir);
+  static LanguageModel load(const std::filesystem::path& dir, const LoadOptions& options = {});
   ~LanguageModel();
   LanguageModel(LanguageModel&&) noexcept;
   LanguageModel& operator=(LanguageModel&&) noexcept;
@@ -92,6 +103,8 @@ class LanguageModel {
   std::optional<int> context_length() const;
   std::vector<int> eos_token_ids() const;
   int vocab_size() const;
+  // The tier this model runs (tier_description).
+  std::string tier() const;
 
   std::vector<int> encode(std::string_view text, bool add_special_tokens = true) const;
   std::string decode(const std::vector<int>& ids) const;

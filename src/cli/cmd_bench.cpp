@@ -18,6 +18,7 @@ int cmd_bench(const Args& args) {
       {"trials", "measured runs after one warm-up", false, "N", "3"},
       {"seed", "seed of the random prompt", false, "S", "0"},
       {"json", "print one JSON line instead of text", true},
+      {"exact", "tier L1: stock MLX ops, bit-exact with mlx-lm (default: the fast tier L3)", true},
   };
   for (auto& spec : kv_cache_flags()) specs.push_back(spec);
   Flags f("bench", "Measure prompt (prefill) and decode speed, peak memory and KV cache size.",
@@ -32,7 +33,7 @@ int cmd_bench(const Args& args) {
   check(prompt_tokens > 0 && gen_tokens > 0 && trials > 0, "lmx bench",
         "--prompt-tokens, --gen-tokens and --trials must be > 0");
   const std::string dir = f.required("model");
-  LanguageModel model = LanguageModel::load(dir);
+  LanguageModel model = LanguageModel::load(dir, {.exact = f.on("exact")});
 
   std::mt19937 rng(static_cast<uint32_t>(f.integer("seed", 0)));
   std::uniform_int_distribution<int> dist(0, model.vocab_size() - 1);
@@ -59,6 +60,7 @@ int cmd_bench(const Args& args) {
   if (f.on("json")) {
     json j = {{"model", dir},
               {"backend", backend_description()},
+              {"tier", model.tier()},
               {"prompt_tokens", prompt_tokens},
               {"gen_tokens", gen_tokens},
               {"prompt_tps", ptps},
@@ -69,8 +71,8 @@ int cmd_bench(const Args& args) {
               {"kv_bytes_per_token", last.kv_bytes_per_token}};
     std::printf("%s\n", j.dump().c_str());
   } else {
-    std::printf("backend: %s\nmodel: %s (%s)\n", backend_description().c_str(), dir.c_str(),
-                model.model_type().c_str());
+    std::printf("backend: %s\ntier: %s\nmodel: %s (%s)\n", backend_description().c_str(),
+                model.tier().c_str(), dir.c_str(), model.model_type().c_str());
     std::printf("prompt: %d tokens, %.3f tokens-per-sec\n", prompt_tokens, ptps);
     std::printf("generation: %d tokens, %.3f tokens-per-sec\n", gen_tokens, gtps);
     std::printf("peak memory: %.3f GB\n", peak / 1e9);

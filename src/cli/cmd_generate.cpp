@@ -21,6 +21,7 @@ std::vector<FlagSpec> sampling_flags() {
       {"repetition-context-size", "tokens the repetition penalty looks back", false, "N", "20"},
       {"seed", "random seed", false, "S"},
       {"prefill-step-size", "prompt tokens per prefill chunk", false, "N", "2048"},
+      {"exact", "tier L1: stock MLX ops, bit-exact with mlx-lm (default: the fast tier L3)", true},
       {"ignore-chat-template", "(accepted for mlx_lm compatibility; prompts are used as given)",
        true},
   };
@@ -76,7 +77,7 @@ int cmd_generate(const Args& args) {
   }
   const GenerateOptions opt = generate_options(f);
   const std::string prompt = prompt_text(f);
-  LanguageModel model = LanguageModel::load(f.required("model"));
+  LanguageModel model = LanguageModel::load(f.required("model"), {.exact = f.on("exact")});
   const std::vector<int> ids = model.encode(prompt);
   GenerationStats st = model.generate(ids, opt, [](const TokenOutput& t) {
     std::fwrite(t.text.data(), 1, t.text.size(), stdout);
@@ -85,6 +86,7 @@ int cmd_generate(const Args& args) {
   });
   std::fputc('\n', stdout);
   if (f.on("verbose")) {
+    std::fprintf(stderr, "tier: %s\n", model.tier().c_str());
     std::fprintf(stderr,
                  "prompt: %d tokens, %.3f tokens-per-sec\n"
                  "generation: %d tokens, %.3f tokens-per-sec\n"

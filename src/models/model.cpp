@@ -155,7 +155,7 @@ std::vector<int> read_eos(const json& v) {
 
 }  // namespace
 
-LoadedWeights load_model(const fs::path& dir) {
+LoadedWeights load_model(const fs::path& dir, const LoadOptions& options) {
   check(fs::is_directory(dir), dir.string(), "model directory does not exist");
   const fs::path config_path = dir / "config.json";
   check(fs::exists(config_path), config_path.string(), "config.json not found");
@@ -194,7 +194,9 @@ LoadedWeights load_model(const fs::path& dir) {
   Weights weights = load_model_weights(dir);
   if (arch->sanitize) arch->sanitize(config, weights);
   WeightStore store(std::move(weights), QuantConfig::from_config(config, source), dir.string());
+  store.set_cpu_kernels(!options.exact && mx::default_device() == mx::Device::cpu);
   LoadedWeights out;
+  out.cpu_kernels = store.cpu_kernels();
   try {
     out.model = arch->build(config, store);
   } catch (const json::exception& e) {

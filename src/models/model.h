@@ -13,6 +13,7 @@
 #include "cache/kv_cache.h"
 #include "core/json.h"
 #include "io/safetensors.h"
+#include "lmx/lmx.h"
 
 namespace lmx {
 
@@ -43,12 +44,16 @@ class WeightStore {
   std::optional<QuantSpec> quant_for(const std::string& module_path, int in_dims) const;
   void check_all_used() const;
   const std::string& source() const { return source_; }
+  // Tier L3: quantized layers the CPU kernels support run them (kernels/cpu/qmm.h).
+  void set_cpu_kernels(bool on) { cpu_kernels_ = on; }
+  bool cpu_kernels() const { return cpu_kernels_; }
 
  private:
   Weights weights_;
   std::set<std::string> used_;
   QuantConfig quant_;
   std::string source_;
+  bool cpu_kernels_ = false;
 };
 
 // Residual-stream states a forward records while the tap is set on a model (what a speculative
@@ -95,6 +100,7 @@ struct ModelInfo {
 struct LoadedWeights {
   std::unique_ptr<Model> model;
   ModelInfo info;
+  bool cpu_kernels = false;  // tier L3 (quantized matmuls on lmx's CPU kernels), else L1
 };
 
 // One registered architecture: build the model from config.json, consuming tensors.
@@ -109,7 +115,9 @@ const Architecture* find_architecture(const std::string& model_type);
 std::vector<std::string> registered_architectures();
 
 // Loads config.json, generation_config.json and model*.safetensors from a directory.
-LoadedWeights load_model(const std::filesystem::path& dir);
+// options.exact selects tier L1 (stock MLX ops, bit-exact with mlx-lm); otherwise, on the CPU,
+// quantized matmuls run lmx's kernels (tier L3).
+LoadedWeights load_model(const std::filesystem::path& dir, const LoadOptions& options = {});
 
 // Static registration helper for one architecture file.
 struct ArchitectureRegistrar {

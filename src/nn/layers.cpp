@@ -5,12 +5,26 @@
 #include <numbers>
 
 #include "core/error.h"
+#include "kernels/cpu/qmm.h"
 
 namespace lmx::nn {
 
 namespace {
 
 mx::Shape packed_shape(int out, int in, const QuantSpec& q) { return {out, in * q.bits / 32}; }
+
+// Tier L3 for this quantized layer: the store asks for it and the kernels handle its layout.
+bool use_cpu_kernel(const WeightStore& w, const QuantSpec& q, const mx::array& scales,
+                    const std::optional<mx::array>& biases) {
+  return w.cpu_kernels() && biases &&
+         kernels::cpu::supports(q.bits, q.group_size, q.mode, scales.dtype());
+}
+
+mx::array kernel_matmul(const mx::array& x, const mx::array& w, const mx::array& scales,
+                        const mx::array& biases, const QuantSpec& q) {
+  return kernels::cpu::quantized_matmul(
+      x, w, scales, biases, {.group_size = q.group_size, .bits = q.bits, .isa = std::nullopt});
+}
 
 void check_quant(const std::string& path, int in, const QuantSpec& q, const std::string& source) {
   check(q.bits >= 1 && q.bits <= 8 && q.group_size > 0, source, "module '", path,
@@ -31,6 +45,7 @@ Linear Linear::load(WeightStore& w, const std::string& path, int in, int out, bo
     l.biases = w.take_optional(path + ".biases", {out, in / l.quant->group_size});
     check(l.biases || l.quant->mode != "affine", w.source(), "missing tensor '", path,
           ".biases' of an affine-quantized module");
+    l.cpu_kernel = use_cpu_kernel(w, *l.quant, *l.scales, l.biases);
   } else {
     l.weight = w.take(path + ".weight", {out, in});
   }
@@ -45,6 +60,10 @@ mx::array Linear::operator()(const mx::array& x) const {
 }
 
 mx::array Linear::base(const mx::array& x) const {
+  if (cpu_kernel) {
+    mx::array y = kernel_matmul(x, weight, *scales, *biases, *quant);
+    return bias ? mx::add(y, *bias) : y;
+  }
   if (quant) {
     mx::array y = mx::quantized_matmul(x, weight, *scales, biases, true, quant->group_size,
                                        quant->bits, quant->mode);
@@ -62,6 +81,7 @@ Embedding Embedding::load(WeightStore& w, const std::string& path, int vocab, in
     e.weight = w.take(path + ".weight", packed_shape(vocab, dims, *e.quant));
     e.scales = w.take(path + ".scales", {vocab, dims / e.quant->group_size});
     e.biases = w.take_optional(path + ".biases", {vocab, dims / e.quant->group_size});
+    e.cpu_kernel = use_cpu_kernel(w, *e.quant, *e.scales, e.biases);
   } else {
     e.weight = w.take(path + ".weight", {vocab, dims});
   }
@@ -79,6 +99,7 @@ mx::array Embedding::operator()(const mx::array& ids) const {
 }
 
 mx::array Embedding::as_linear(const mx::array& x) const {
+  if (cpu_kernel) return kernel_matmul(x, weight, *scales, *biases, *quant);
   if (quant) {
     return mx::quantized_matmul(x, weight, *scales, biases, true, quant->group_size, quant->bits,
                                 quant->mode);
