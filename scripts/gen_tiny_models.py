@@ -316,6 +316,8 @@ ROWS = [
     row("llama_f32_mixed_2_6", LLAMA_WIDE, 14, 2048, dtype="float32",
         quant=q(2, recipe="mixed_2_6"), num_hidden_layers=3, tie_word_embeddings=False),
     row("llama_f32_q5_g32", LLAMA, 10, 8, dtype="float32", quant=q(5, 32)),
+    row("llama_f32_q4_rope_traditional", LLAMA, 15, 8, dtype="float32", quant=q(4),
+        rope_traditional=True),
     row("gemma3_text_f32_q4_g64", GEMMA3_TEXT, 30, 8, dtype="float32", quant=q(4),
         tied_head=True),
     row("starcoder2_f32_q6_g64", STARCODER2, 16, 2048, dtype="float32", quant=q(6),

@@ -59,6 +59,8 @@ Isa detect_isa() {
   return Isa::generic;
 }
 
+}  // namespace
+
 QmmRowsFn kernel_for(Isa isa) {
   check(isa_available(isa), "quantized_matmul", "this CPU does not support ", isa_name(isa));
   QmmRowsFn f = isa == Isa::avx512 ? qmm_rows_avx512()
@@ -68,43 +70,34 @@ QmmRowsFn kernel_for(Isa isa) {
   return f;
 }
 
+namespace {
+
 ScaleType scale_type(mx::Dtype t) {
   if (t == mx::float32) return ScaleType::f32;
   if (t == mx::bfloat16) return ScaleType::bf16;
   return ScaleType::f16;
 }
 
-// x (M, K) of any layout and float dtype -> float32 rows in the kernel's element order.
 template <typename T>
-void gather_x(const mx::array& x, int M, int K, int bits, float* out) {
+void rows_to_f32(const mx::array& x, int M, int K, float* out) {
   const T* base = x.data<T>();
   const auto& shape = x.shape();
   const auto& strides = x.strides();
   const bool contiguous = x.flags().row_contiguous;
-  std::vector<int64_t> idx(shape.size(), 0);
   for (int m = 0; m < M; ++m) {
+    if (contiguous) {
+      const T* row = base + static_cast<int64_t>(m) * K;
+      for (int k = 0; k < K; ++k) out[static_cast<int64_t>(m) * K + k] = static_cast<float>(row[k]);
+      continue;
+    }
     // Offset of row m: unravel m over the leading axes.
-    int64_t off = 0;
-    if (!contiguous) {
-      int64_t r = m;
-      for (int d = static_cast<int>(shape.size()) - 2; d >= 0; --d) {
-        off += (r % shape[d]) * strides[d];
-        r /= shape[d];
-      }
+    int64_t off = 0, r = m;
+    for (int d = static_cast<int>(shape.size()) - 2; d >= 0; --d) {
+      off += (r % shape[d]) * strides[d];
+      r /= shape[d];
     }
-    const T* row = contiguous ? base + static_cast<int64_t>(m) * K : base + off;
-    const int64_t ks = contiguous ? 1 : strides.back();
-    float* o = out + static_cast<int64_t>(m) * K;
-    if (bits == 4) {
-      // Per block of 32: even elements first, then odd ones (QmmArgs::x).
-      for (int b = 0; b < K; b += 32)
-        for (int j = 0; j < 16; ++j) {
-          o[b + j] = static_cast<float>(row[(b + 2 * j) * ks]);
-          o[b + 16 + j] = static_cast<float>(row[(b + 2 * j + 1) * ks]);
-        }
-    } else {
-      for (int k = 0; k < K; ++k) o[k] = static_cast<float>(row[k * ks]);
-    }
+    for (int k = 0; k < K; ++k)
+      out[static_cast<int64_t>(m) * K + k] = static_cast<float>(base[off + k * strides.back()]);
   }
 }
 
@@ -123,58 +116,21 @@ class LmxQuantizedMatmul : public mx::UnaryPrimitive {
             "the weight, scales and biases must be row-contiguous");
     out.set_data(mx::allocator::malloc(out.nbytes()));
     const int K = x.shape(-1);
-    const int N = out.shape(-1);
     const int M = static_cast<int>(x.size() / K);
-    QmmRowsFn kernel = kernel_for(isa_);
     auto& enc = mx::cpu::get_command_encoder(stream());
-    enc.set_input_array(x);
-    enc.set_input_array(w);
-    enc.set_input_array(scales);
-    enc.set_input_array(biases);
+    for (const mx::array* a : {&x, &w, &scales, &biases}) enc.set_input_array(*a);
     enc.set_output_array(out);
-    QmmArgs a;
-    a.w = w.data<unsigned char>();
-    a.scales = scales.data<void>();
-    a.biases = biases.data<void>();
-    a.scale_type = scale_type(scales.dtype());
-    a.M = M;
-    a.N = N;
-    a.K = K;
-    a.group_size = group_size_;
-    a.bits = bits_;
-    enc.dispatch([a, x = mx::array::unsafe_weak_copy(x), out = mx::array::unsafe_weak_copy(out),
-                  kernel, bits = bits_]() mutable {
-      std::vector<float> xf(static_cast<size_t>(a.M) * a.K);
-      if (x.dtype() == mx::float32)
-        gather_x<float>(x, a.M, a.K, bits, xf.data());
-      else if (x.dtype() == mx::bfloat16)
-        gather_x<mx::bfloat16_t>(x, a.M, a.K, bits, xf.data());
-      else
-        gather_x<mx::float16_t>(x, a.M, a.K, bits, xf.data());
-      a.x = xf.data();
-      std::vector<float> of;
+    const QWeight qw = qweight(w, scales, biases, group_size_, bits_);
+    enc.dispatch([qw, M, K, isa = isa_, x = mx::array::unsafe_weak_copy(x),
+                  out = mx::array::unsafe_weak_copy(out)]() mutable {
+      std::vector<float> xf(static_cast<size_t>(M) * K);
+      to_f32_rows(x, xf.data());
       if (out.dtype() == mx::float32) {
-        a.out = out.data<float>();
+        qmm_f32(qw, xf.data(), M, out.data<float>(), isa);
       } else {
-        of.resize(static_cast<size_t>(a.M) * a.N);
-        a.out = of.data();
-      }
-      // Tasks of 16 weight rows: enough to balance the pool, each row computed by one thread
-      // in a fixed order, so the result does not depend on the thread count.
-      constexpr int kRowsPerTask = 16;
-      const int tasks = (a.N + kRowsPerTask - 1) / kRowsPerTask;
-      parallel_for(tasks, [&](int t) {
-        thread_local std::vector<float> wbuf;
-        if (wbuf.size() < 4u * a.K) wbuf.resize(4u * a.K);
-        const int n0 = t * kRowsPerTask;
-        kernel(a, n0, std::min(a.N, n0 + kRowsPerTask), wbuf.data());
-      });
-      if (out.dtype() == mx::bfloat16) {
-        auto* o = out.data<mx::bfloat16_t>();
-        for (size_t i = 0; i < of.size(); ++i) o[i] = static_cast<mx::bfloat16_t>(of[i]);
-      } else if (out.dtype() == mx::float16) {
-        auto* o = out.data<mx::float16_t>();
-        for (size_t i = 0; i < of.size(); ++i) o[i] = static_cast<mx::float16_t>(of[i]);
+        std::vector<float> of(static_cast<size_t>(M) * qw.N);
+        qmm_f32(qw, xf.data(), M, of.data(), isa);
+        from_f32(of.data(), out);
       }
     });
   }
@@ -206,6 +162,83 @@ class LmxQuantizedMatmul : public mx::UnaryPrimitive {
 Isa active_isa() {
   static const Isa isa = detect_isa();
   return isa;
+}
+
+QWeight qweight(const mx::array& w, const mx::array& scales, const mx::array& biases,
+                int group_size, int bits) {
+  for (const mx::array* a : {&w, &scales, &biases})
+    check(a->flags().row_contiguous, "quantized_matmul",
+          "the weight, scales and biases must be row-contiguous");
+  return {w.data<unsigned char>(),
+          scales.data<void>(),
+          biases.data<void>(),
+          scale_type(scales.dtype()),
+          w.shape(0),
+          w.shape(1) * 32 / bits,
+          group_size,
+          bits};
+}
+
+void qmm_f32(const QWeight& w, const float* x, int M, float* out, Isa isa) {
+  QmmRowsFn kernel = kernel_for(isa);
+  QmmArgs a;
+  a.w = w.w;
+  a.scales = w.scales;
+  a.biases = w.biases;
+  a.scale_type = w.scale_type;
+  a.out = out;
+  a.M = M;
+  a.N = w.N;
+  a.K = w.K;
+  a.group_size = w.group_size;
+  a.bits = w.bits;
+  a.x = x;
+  std::vector<float> perm;
+  if (w.bits == 4) {
+    // Per block of 32: even elements first, then odd ones (QmmArgs::x).
+    perm.resize(static_cast<size_t>(M) * w.K);
+    for (int64_t r = 0; r < M; ++r)
+      for (int b = 0; b < w.K; b += 32)
+        for (int j = 0; j < 16; ++j) {
+          perm[r * w.K + b + j] = x[r * w.K + b + 2 * j];
+          perm[r * w.K + b + 16 + j] = x[r * w.K + b + 2 * j + 1];
+        }
+    a.x = perm.data();
+  }
+  // Tasks of 16 weight rows: enough to balance the pool, each row computed by one thread in a
+  // fixed order, so the result does not depend on the thread count.
+  constexpr int kRowsPerTask = 16;
+  const int tasks = (a.N + kRowsPerTask - 1) / kRowsPerTask;
+  parallel_for(tasks, [&](int t) {
+    thread_local std::vector<float> wbuf;
+    if (wbuf.size() < 4u * a.K) wbuf.resize(4u * a.K);
+    const int n0 = t * kRowsPerTask;
+    kernel(a, n0, std::min(a.N, n0 + kRowsPerTask), wbuf.data());
+  });
+}
+
+void to_f32_rows(const mx::array& x, float* out) {
+  const int K = x.shape(-1);
+  const int M = static_cast<int>(x.size() / K);
+  if (x.dtype() == mx::float32)
+    rows_to_f32<float>(x, M, K, out);
+  else if (x.dtype() == mx::bfloat16)
+    rows_to_f32<mx::bfloat16_t>(x, M, K, out);
+  else
+    rows_to_f32<mx::float16_t>(x, M, K, out);
+}
+
+void from_f32(const float* src, mx::array& out) {
+  const size_t n = out.size();
+  if (out.dtype() == mx::float32) {
+    std::memcpy(out.data<float>(), src, n * sizeof(float));
+  } else if (out.dtype() == mx::bfloat16) {
+    auto* o = out.data<mx::bfloat16_t>();
+    for (size_t i = 0; i < n; ++i) o[i] = static_cast<mx::bfloat16_t>(src[i]);
+  } else {
+    auto* o = out.data<mx::float16_t>();
+    for (size_t i = 0; i < n; ++i) o[i] = static_cast<mx::float16_t>(src[i]);
+  }
 }
 
 bool supports(int bits, int group_size, const std::string& mode, mx::Dtype scale_dtype) {

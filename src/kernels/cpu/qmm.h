@@ -7,6 +7,8 @@
 #include <optional>
 #include <string>
 
+#include "kernels/cpu/qmm_args.h"
+
 namespace lmx::kernels::cpu {
 
 namespace mx = mlx::core;
@@ -37,5 +39,24 @@ mx::array quantized_matmul(const mx::array& x, const mx::array& w, const mx::arr
 mx::array quantized_matmul_reference(const mx::array& x, const mx::array& w,
                                      const mx::array& scales, const mx::array& biases,
                                      int group_size, int bits);
+
+// Building blocks of the fused kernels (kernels/cpu/fused.cpp), for use inside an eval task.
+struct QWeight {
+  const unsigned char* w;
+  const void* scales;
+  const void* biases;
+  ScaleType scale_type;
+  int N, K, group_size, bits;
+};
+// Pointers into evaluated, row-contiguous arrays (an error otherwise).
+QWeight qweight(const mx::array& w, const mx::array& scales, const mx::array& biases,
+                int group_size, int bits);
+QmmRowsFn kernel_for(Isa isa);  // an error when the CPU or the build lacks it
+// x (M, K) float32, row-major -> out (M, N) float32, spread over the thread pool.
+void qmm_f32(const QWeight& w, const float* x, int M, float* out, Isa isa);
+// An evaluated float array (..., K) of any layout -> (M, K) float32 rows.
+void to_f32_rows(const mx::array& x, float* out);
+// float32 values -> out's buffer in out's dtype (out.size() values).
+void from_f32(const float* src, mx::array& out);
 
 }  // namespace lmx::kernels::cpu
