@@ -63,8 +63,9 @@ TEST_P(QmmLayouts, MatchesDequantizeMatmulInFloat32) {
       for (mx::Dtype xdt : {mx::float32, mx::bfloat16}) {
         mx::array x =
             mx::astype(mx::random::normal({M, K}, mx::float32, mx::random::key(seed++)), xdt);
-        mx::array got = kc::quantized_matmul(x, q.w, q.scales, q.biases,
-                                             {.group_size = gs, .bits = bits, .isa = isa});
+        mx::array got = kc::quantized_matmul(
+            x, q.w, q.scales, q.biases,
+            {.group_size = gs, .bits = bits, .isa = isa, .out_dtype = std::nullopt});
         mx::array want = kc::quantized_matmul_reference(x, q.w, q.scales, q.biases, gs, bits);
         ASSERT_EQ(got.shape(), (mx::Shape{M, N}));
         ASSERT_EQ(got.dtype(), mx::promote_types(xdt, sdt));
@@ -94,8 +95,9 @@ TEST(Qmm, BatchedAndStridedInputs) {
   mx::array xt = mx::transpose(mx::random::normal({256, 5}, mx::float32, mx::random::key(9)));
   for (kc::Isa isa : isas()) {
     for (const mx::array& x : {x3, xt}) {
-      mx::array got = kc::quantized_matmul(x, q.w, q.scales, q.biases,
-                                           {.group_size = 64, .bits = 4, .isa = isa});
+      mx::array got = kc::quantized_matmul(
+          x, q.w, q.scales, q.biases,
+          {.group_size = 64, .bits = 4, .isa = isa, .out_dtype = std::nullopt});
       mx::array want = kc::quantized_matmul_reference(x, q.w, q.scales, q.biases, 64, 4);
       ASSERT_EQ(got.shape(), want.shape());
       EXPECT_LE(rel_error(got, want), kBf16Rounding) << kc::isa_name(isa);
@@ -106,7 +108,8 @@ TEST(Qmm, BatchedAndStridedInputs) {
 TEST(Qmm, DeterministicAcrossRunsAndIsasAgree) {
   Quantized q = quantize(300, 512, 32, 4, mx::float32, 11);
   mx::array x = mx::random::normal({4, 512}, mx::float32, mx::random::key(12));
-  const kc::QmmOptions opt{.group_size = 32, .bits = 4, .isa = std::nullopt};
+  const kc::QmmOptions opt{
+      .group_size = 32, .bits = 4, .isa = std::nullopt, .out_dtype = std::nullopt};
   mx::array first = kc::quantized_matmul(x, q.w, q.scales, q.biases, opt);
   mx::eval(first);
   for (int i = 0; i < 5; ++i) {
@@ -118,13 +121,16 @@ TEST(Qmm, DeterministicAcrossRunsAndIsasAgree) {
 TEST(Qmm, BadInputIsAnError) {
   Quantized q = quantize(8, 128, 64, 4, mx::float32, 13);
   mx::array x = mx::zeros({1, 128});
-  const kc::QmmOptions opt{.group_size = 64, .bits = 4, .isa = std::nullopt};
+  const kc::QmmOptions opt{
+      .group_size = 64, .bits = 4, .isa = std::nullopt, .out_dtype = std::nullopt};
   EXPECT_THROW(kc::quantized_matmul(mx::zeros({1, 64}), q.w, q.scales, q.biases, opt), Error);
-  EXPECT_THROW(kc::quantized_matmul(x, q.w, q.scales, q.biases,
-                                    {.group_size = 16, .bits = 4, .isa = std::nullopt}),
+  EXPECT_THROW(kc::quantized_matmul(
+                   x, q.w, q.scales, q.biases,
+                   {.group_size = 16, .bits = 4, .isa = std::nullopt, .out_dtype = std::nullopt}),
                Error);
-  EXPECT_THROW(kc::quantized_matmul(x, q.w, q.scales, q.biases,
-                                    {.group_size = 64, .bits = 7, .isa = std::nullopt}),
+  EXPECT_THROW(kc::quantized_matmul(
+                   x, q.w, q.scales, q.biases,
+                   {.group_size = 64, .bits = 7, .isa = std::nullopt, .out_dtype = std::nullopt}),
                Error);
   EXPECT_THROW(kc::quantized_matmul(x, q.w, mx::transpose(q.scales), q.biases, opt), Error);
   EXPECT_THROW(kc::quantized_matmul(mx::zeros({1, 128}, mx::int32), q.w, q.scales, q.biases, opt),

@@ -274,7 +274,7 @@ mx::array quantized_matmul(const mx::array& x, const mx::array& w, const mx::arr
   const Isa isa = opt.isa.value_or(active_isa());
   kernel_for(isa);  // a forced ISA the CPU lacks fails here, not inside eval
   // MLX's quantized_matmul: the result type of x and the scales.
-  return mx::array(out_shape, mx::promote_types(x.dtype(), scales.dtype()),
+  return mx::array(out_shape, opt.out_dtype.value_or(mx::promote_types(x.dtype(), scales.dtype())),
                    std::make_shared<LmxQuantizedMatmul>(mx::default_stream(mx::Device::cpu),
                                                         opt.group_size, opt.bits, isa),
                    {x, w, scales, biases});

@@ -23,7 +23,8 @@ Isa active_isa();  // LMX_CPU_ISA, else the widest the CPU has
 struct QmmOptions {
   int group_size = 64;
   int bits = 4;
-  std::optional<Isa> isa;  // unset: active_isa()
+  std::optional<Isa> isa;              // unset: active_isa()
+  std::optional<mx::Dtype> out_dtype;  // unset: the result type of x and the scales
 };
 
 // Whether quantized_matmul handles this layout: affine mode, bits 2/3/4/5/6/8, groups 32/64/128,
