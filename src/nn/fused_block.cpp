@@ -1,7 +1,7 @@
 // Tier L3 of the dense decoder layer: rms_norm + Q/K/V + RoPE and o_proj + residual + rms_norm +
-// SwiGLU MLP + residual each run as one CPU primitive (kernels/cpu/fused.h); the KV cache and
-// the attention stay MLX ops. Layers with LoRA adapters, q/k norms (qwen3), biases outside Q/K/V
-// or a RoPE with a frequency table run the op-by-op path.
+// SwiGLU MLP + residual each run as one CPU primitive (kernels/cpu/fused.h), and the attention
+// over a plain KV cache as a third (MLX's for other caches). Layers with LoRA adapters, q/k norms
+// (qwen3), biases outside Q/K/V or a RoPE with a frequency table run the op-by-op path.
 #include "kernels/cpu/fused.h"
 #include "nn/transformer.h"
 
@@ -36,7 +36,14 @@ std::optional<mx::array> DecoderBlock::fused(const mx::array& x, const Mask& mas
   auto qkv =
       kernels::cpu::norm_qkv_rope(x, input_layernorm.weight, qlinear(a.q_proj), qlinear(a.k_proj),
                                   qlinear(a.v_proj), spec, cache.offset());
-  mx::array attn = merge_heads(cached_attention(qkv[0], qkv[1], qkv[2], cache, a.scale, mask));
+  mx::array attn(0.0f);
+  if (dynamic_cast<KVCache*>(&cache) && (mask.none() || (!mask.array && mask.mode == "causal"))) {
+    // A plain cache returns keys in position order, so the causal mask needs no array.
+    auto [keys, values] = cache.update_and_fetch(qkv[1], qkv[2]);
+    attn = kernels::cpu::causal_attention(qkv[0], keys, values, a.scale);
+  } else {
+    attn = merge_heads(cached_attention(qkv[0], qkv[1], qkv[2], cache, a.scale, mask));
+  }
   return kernels::cpu::out_proj_mlp(x, attn, qlinear(a.o_proj), post_attention_layernorm.weight,
                                     post_attention_layernorm.eps, qlinear(mlp.gate_proj),
                                     qlinear(mlp.up_proj), qlinear(mlp.down_proj));

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "kernels/cpu/thread_pool.h"
 
 namespace lmx::kernels::cpu {
 
@@ -57,14 +58,29 @@ std::vector<float> f32(const mx::array& a) {
   return v;
 }
 
-// Rotates one head vector (the first dims features) at position pos.
-void rope(float* x, int pos, const RopeSpec& r) {
+// cos and sin of theta for positions offset .. offset + L - 1, (L, dims / 2) each.
+struct RopeTable {
+  std::vector<float> cos, sin;
+  RopeTable(const RopeSpec& r, int offset, int L) : cos(static_cast<size_t>(L) * (r.dims / 2)) {
+    const int half = r.dims / 2;
+    sin.resize(cos.size());
+    for (int l = 0; l < L; ++l) {
+      const float p = static_cast<float>(offset + l) * r.scale;
+      for (int i = 0; i < half; ++i) {
+        const float theta = p * std::exp(-static_cast<float>(i) * std::log(r.base) / half);
+        cos[static_cast<size_t>(l) * half + i] = std::cos(theta);
+        sin[static_cast<size_t>(l) * half + i] = std::sin(theta);
+      }
+    }
+  }
+};
+
+// Rotates one head vector (its first dims features) at row l of the table.
+void rope(float* x, const RopeTable& t, int l, const RopeSpec& r) {
   const int half = r.dims / 2;
-  const float p = static_cast<float>(pos) * r.scale;
   for (int i = 0; i < half; ++i) {
-    const float inv_freq = std::exp(-static_cast<float>(i) * std::log(r.base) / half);
-    const float theta = p * inv_freq;
-    const float c = std::cos(theta), s = std::sin(theta);
+    const float c = t.cos[static_cast<size_t>(l) * half + i];
+    const float s = t.sin[static_cast<size_t>(l) * half + i];
     float& a = r.traditional ? x[2 * i] : x[i];
     float& b = r.traditional ? x[2 * i + 1] : x[i + half];
     const float x1 = a, x2 = b;
@@ -94,6 +110,7 @@ class NormQkvRope : public mx::Primitive {
       const int hd = spec.head_dim;
       std::vector<float> xf = f32(x), nw = f32(ins[1]), n(xf.size());
       rms_norm(xf.data(), nw.data(), M, D, spec.norm_eps, n.data());
+      const RopeTable table(spec.rope, offset, L);
       const Layer* layers[3] = {&q, &k, &v};
       const int heads[3] = {spec.n_heads, spec.n_kv_heads, spec.n_kv_heads};
       for (int t = 0; t < 3; ++t) {
@@ -107,7 +124,7 @@ class NormQkvRope : public mx::Primitive {
               float* dst = o.data() + ((static_cast<int64_t>(b) * H + h) * L + l) * hd;
               const float* src = y.data() + (static_cast<int64_t>(b) * L + l) * N + h * hd;
               std::copy(src, src + hd, dst);
-              if (t < 2) rope(dst, offset + l, spec.rope);
+              if (t < 2) rope(dst, table, l, spec.rope);
             }
         from_f32(o.data(), outs[t]);
       }
@@ -170,6 +187,77 @@ class OutProjMlp : public mx::UnaryPrimitive {
   Isa isa_;
 };
 
+// Rows [0, S) of head (b, h) of x (B, H, S, D), unit stride on D, as float32 (S, D).
+template <typename T>
+void head_rows(const mx::array& x, int b, int h, int S, float* out) {
+  const T* p = x.data<T>() + b * x.strides()[0] + h * x.strides()[1];
+  const int64_t rs = x.strides()[2];
+  const int D = x.shape(3);
+  for (int64_t s = 0; s < S; ++s)
+    for (int d = 0; d < D; ++d) out[s * D + d] = static_cast<float>(p[s * rs + d]);
+}
+
+void head_rows_f32(const mx::array& x, int b, int h, int S, float* out) {
+  if (x.dtype() == mx::float32)
+    head_rows<float>(x, b, h, S, out);
+  else if (x.dtype() == mx::bfloat16)
+    head_rows<mx::bfloat16_t>(x, b, h, S, out);
+  else
+    head_rows<mx::float16_t>(x, b, h, S, out);
+}
+
+class CausalAttention : public mx::UnaryPrimitive {
+ public:
+  CausalAttention(mx::Stream s, float scale, Isa isa)
+      : mx::UnaryPrimitive(s), scale_(scale), isa_(isa) {}
+
+  void eval_cpu(const std::vector<mx::array>& in, mx::array& out) override {
+    for (const auto& a : in)
+      check(a.strides()[3] == 1, "causal_attention", "q, k and v need a unit stride on D");
+    out.set_data(mx::allocator::malloc(out.nbytes()));
+    auto& enc = mx::cpu::get_command_encoder(stream());
+    enc.dispatch([scale = scale_, isa = isa_, q = mx::array::unsafe_weak_copy(in[0]),
+                  k = mx::array::unsafe_weak_copy(in[1]), v = mx::array::unsafe_weak_copy(in[2]),
+                  out = mx::array::unsafe_weak_copy(out)]() mutable {
+      const int B = q.shape(0), Hq = q.shape(1), L = q.shape(2), D = q.shape(3);
+      const int Hkv = k.shape(1), S = k.shape(2), group = Hq / Hkv;
+      AttnRowFn row = kernels_for(isa).attn_row;
+      std::vector<float> qf(q.size()), o(static_cast<size_t>(B) * L * Hq * D);
+      std::vector<float> kf(static_cast<size_t>(S) * D), vf(kf.size());
+      for (int b = 0; b < B; ++b)
+        for (int h = 0; h < Hq; ++h)
+          head_rows_f32(q, b, h, L, qf.data() + ((b * Hq + h) * L) * static_cast<int64_t>(D));
+      constexpr int kRowsPerTask = 8;
+      const int chunks = (L + kRowsPerTask - 1) / kRowsPerTask;
+      for (int b = 0; b < B; ++b)
+        for (int kh = 0; kh < Hkv; ++kh) {
+          head_rows_f32(k, b, kh, S, kf.data());
+          head_rows_f32(v, b, kh, S, vf.data());
+          parallel_for(group * chunks, [&](int t) {
+            const int h = kh * group + t / chunks, l0 = (t % chunks) * kRowsPerTask;
+            thread_local std::vector<float> scores;
+            if (scores.size() < static_cast<size_t>(S)) scores.resize(S);
+            for (int l = l0; l < std::min(L, l0 + kRowsPerTask); ++l) {
+              const float* qr = qf.data() + ((static_cast<int64_t>(b) * Hq + h) * L + l) * D;
+              float* orow = o.data() + ((static_cast<int64_t>(b) * L + l) * Hq + h) * D;
+              row(qr, kf.data(), vf.data(), S - L + l + 1, D, scale, scores.data(), orow);
+            }
+          });
+        }
+      from_f32(o.data(), out);
+    });
+  }
+
+  void eval_gpu(const std::vector<mx::array>&, mx::array&) override {
+    fail("causal_attention", "the L3 CPU kernel has no GPU implementation");
+  }
+  const char* name() const override { return "LmxCausalAttention"; }
+
+ private:
+  float scale_;
+  Isa isa_;
+};
+
 void check_linear(const QLinear& l, int in, const char* where) {
   check(supports(l.bits, l.group_size, "affine", l.scales.dtype()) && l.w.ndim() == 2 &&
             l.w.shape(1) * 32 / l.bits == in,
@@ -197,6 +285,18 @@ std::vector<mx::array> norm_qkv_rope(const mx::array& x, const mx::array& norm_w
   return mx::array::make_arrays(
       {{B, spec.n_heads, L, hd}, {B, spec.n_kv_heads, L, hd}, {B, spec.n_kv_heads, L, hd}},
       {x.dtype(), x.dtype(), x.dtype()}, prim, in);
+}
+
+mx::array causal_attention(const mx::array& q, const mx::array& k, const mx::array& v,
+                           float scale) {
+  const char* where = "causal_attention";
+  check(q.ndim() == 4 && k.ndim() == 4 && v.shape() == k.shape() && q.shape(0) == k.shape(0) &&
+            q.shape(3) == k.shape(3) && k.shape(1) > 0 && q.shape(1) % k.shape(1) == 0 &&
+            k.shape(2) >= q.shape(2),
+        where, "expected q (B, Hq, L, D) and k, v (B, Hkv, S >= L, D) with Hq a multiple of Hkv");
+  auto prim =
+      std::make_shared<CausalAttention>(mx::default_stream(mx::Device::cpu), scale, active_isa());
+  return mx::array({q.shape(0), q.shape(2), q.shape(1) * q.shape(3)}, q.dtype(), prim, {q, k, v});
 }
 
 mx::array out_proj_mlp(const mx::array& h, const mx::array& attn, const QLinear& o,

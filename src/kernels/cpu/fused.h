@@ -46,4 +46,9 @@ mx::array out_proj_mlp(const mx::array& h, const mx::array& attn, const QLinear&
                        const mx::array& norm_weight, float norm_eps, const QLinear& gate,
                        const QLinear& up, const QLinear& down);
 
+// Causal attention, bottom-right aligned (query l of L sees keys 0 .. S - L + l), of q (B, Hq, L,
+// D) against k, v (B, Hkv, S, D) with a unit-stride last axis (a KV cache's view); Hq / Hkv
+// query heads share each KV head. Returns (B, L, Hq * D), the heads merged, in q's dtype.
+mx::array causal_attention(const mx::array& q, const mx::array& k, const mx::array& v, float scale);
+
 }  // namespace lmx::kernels::cpu

@@ -61,13 +61,13 @@ Isa detect_isa() {
 
 }  // namespace
 
-QmmRowsFn kernel_for(Isa isa) {
+IsaKernels kernels_for(Isa isa) {
   check(isa_available(isa), "quantized_matmul", "this CPU does not support ", isa_name(isa));
-  QmmRowsFn f = isa == Isa::avx512 ? qmm_rows_avx512()
-                : isa == Isa::avx2 ? qmm_rows_avx2()
-                                   : qmm_rows_generic();
-  check(f != nullptr, "quantized_matmul", "this build has no ", isa_name(isa), " kernel");
-  return f;
+  IsaKernels k = isa == Isa::avx512 ? kernels_avx512()
+                 : isa == Isa::avx2 ? kernels_avx2()
+                                    : kernels_generic();
+  check(k.qmm_rows != nullptr, "quantized_matmul", "this build has no ", isa_name(isa), " kernel");
+  return k;
 }
 
 namespace {
@@ -180,7 +180,7 @@ QWeight qweight(const mx::array& w, const mx::array& scales, const mx::array& bi
 }
 
 void qmm_f32(const QWeight& w, const float* x, int M, float* out, Isa isa) {
-  QmmRowsFn kernel = kernel_for(isa);
+  QmmRowsFn kernel = kernels_for(isa).qmm_rows;
   QmmArgs a;
   a.w = w.w;
   a.scales = w.scales;
@@ -272,7 +272,7 @@ mx::array quantized_matmul(const mx::array& x, const mx::array& w, const mx::arr
   mx::Shape out_shape = x.shape();
   out_shape.back() = N;
   const Isa isa = opt.isa.value_or(active_isa());
-  kernel_for(isa);  // a forced ISA the CPU lacks fails here, not inside eval
+  kernels_for(isa);  // a forced ISA the CPU lacks fails here, not inside eval
   // MLX's quantized_matmul: the result type of x and the scales.
   return mx::array(out_shape, opt.out_dtype.value_or(mx::promote_types(x.dtype(), scales.dtype())),
                    std::make_shared<LmxQuantizedMatmul>(mx::default_stream(mx::Device::cpu),

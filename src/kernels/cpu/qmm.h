@@ -52,7 +52,7 @@ struct QWeight {
 // Pointers into evaluated, row-contiguous arrays (an error otherwise).
 QWeight qweight(const mx::array& w, const mx::array& scales, const mx::array& biases,
                 int group_size, int bits);
-QmmRowsFn kernel_for(Isa isa);  // an error when the CPU or the build lacks it
+IsaKernels kernels_for(Isa isa);  // an error when the CPU or the build lacks it
 // x (M, K) float32, row-major -> out (M, N) float32, spread over the thread pool.
 void qmm_f32(const QWeight& w, const float* x, int M, float* out, Isa isa);
 // An evaluated float array (..., K) of any layout -> (M, K) float32 rows.

@@ -21,8 +21,17 @@ struct QmmArgs {
 // Rows [n0, n1) of the output for every m; wbuf: 4 * K floats of scratch.
 using QmmRowsFn = void (*)(const QmmArgs& a, int n0, int n1, float* wbuf);
 
-QmmRowsFn qmm_rows_generic();
-QmmRowsFn qmm_rows_avx2();    // nullptr when not built for x86-64
-QmmRowsFn qmm_rows_avx512();  // nullptr when not built for x86-64
+// out (D) = softmax(scale * K q) V over S rows of K and V (row stride D); scores: S floats.
+using AttnRowFn = void (*)(const float* q, const float* K, const float* V, int S, int D,
+                           float scale, float* scores, float* out);
+
+struct IsaKernels {
+  QmmRowsFn qmm_rows = nullptr;
+  AttnRowFn attn_row = nullptr;
+};
+
+IsaKernels kernels_generic();
+IsaKernels kernels_avx2();    // empty when not built for x86-64
+IsaKernels kernels_avx512();  // empty when not built for x86-64
 
 }  // namespace lmx::kernels::cpu

@@ -1,4 +1,4 @@
-// The quantized-matmul kernel compiled for AVX2 (this file's flags are set in CMakeLists.txt).
+// The CPU kernels compiled for AVX2 (this file's flags are set in CMakeLists.txt).
 #include "kernels/cpu/qmm_args.h"
 
 #if defined(__x86_64__)
@@ -6,10 +6,10 @@
 #include "kernels/cpu/qmm_kernel.h"
 
 namespace lmx::kernels::cpu {
-QmmRowsFn qmm_rows_avx2() { return &avx2::qmm_rows; }
+IsaKernels kernels_avx2() { return {&avx2::qmm_rows, &avx2::attn_row}; }
 }  // namespace lmx::kernels::cpu
 #else
 namespace lmx::kernels::cpu {
-QmmRowsFn qmm_rows_avx2() { return nullptr; }
+IsaKernels kernels_avx2() { return {}; }
 }  // namespace lmx::kernels::cpu
 #endif

@@ -1,4 +1,4 @@
-// The quantized-matmul kernel compiled for AVX512 (this file's flags are set in CMakeLists.txt).
+// The CPU kernels compiled for AVX512 (this file's flags are set in CMakeLists.txt).
 #include "kernels/cpu/qmm_args.h"
 
 #if defined(__x86_64__)
@@ -6,10 +6,10 @@
 #include "kernels/cpu/qmm_kernel.h"
 
 namespace lmx::kernels::cpu {
-QmmRowsFn qmm_rows_avx512() { return &avx512::qmm_rows; }
+IsaKernels kernels_avx512() { return {&avx512::qmm_rows, &avx512::attn_row}; }
 }  // namespace lmx::kernels::cpu
 #else
 namespace lmx::kernels::cpu {
-QmmRowsFn qmm_rows_avx512() { return nullptr; }
+IsaKernels kernels_avx512() { return {}; }
 }  // namespace lmx::kernels::cpu
 #endif

@@ -159,6 +159,30 @@ inline float hsum(vf v) {
   return s;
 }
 
+// x rows processed together: kRowBlock * kXBlock independent accumulators hide the FMA latency
+// (AVX2 has 16 vector registers, AVX-512 32).
+constexpr int kXBlock = kLanes == 16 ? 4 : 2;
+
+// out[m .. m + MB, nb .. nb + rows) from kRowBlock dequantized weight rows w.
+template <int MB>
+inline void dot_block(const QmmArgs& a, const float* const* w, int m, int nb, int rows) {
+  vf c[MB][kRowBlock] = {};
+  const float* x[MB];
+  for (int i = 0; i < MB; ++i) x[i] = a.x + static_cast<long>(m + i) * a.K;
+  for (int k = 0; k < a.K; k += kLanes) {
+    vf wv[kRowBlock];
+    for (int r = 0; r < kRowBlock; ++r) wv[r] = load(w[r] + k);
+    for (int i = 0; i < MB; ++i) {
+      const vf xv = load(x[i] + k);
+      for (int r = 0; r < kRowBlock; ++r) c[i][r] += wv[r] * xv;
+    }
+  }
+  for (int i = 0; i < MB; ++i) {
+    float* o = a.out + static_cast<long>(m + i) * a.N + nb;
+    for (int r = 0; r < rows; ++r) o[r] = hsum(c[i][r]);
+  }
+}
+
 // out[m, n] for rows n in [n0, n1) and every m; x is (M, K) float32 in the kernel's order, out
 // (M, N) float32. wbuf holds kRowBlock * K floats.
 inline void qmm_rows(const QmmArgs& a, int n0, int n1, float* wbuf) {
@@ -169,25 +193,53 @@ inline void qmm_rows(const QmmArgs& a, int n0, int n1, float* wbuf) {
       // A short block computes on copies of its first row; the results are not stored.
       for (int k = 0; k < a.K; ++k) wbuf[static_cast<long>(r) * a.K + k] = wbuf[k];
     }
-    const float* w0 = wbuf;
-    const float* w1 = wbuf + a.K;
-    const float* w2 = wbuf + 2L * a.K;
-    const float* w3 = wbuf + 3L * a.K;
-    for (int m = 0; m < a.M; ++m) {
-      const float* x = a.x + static_cast<long>(m) * a.K;
-      vf c0{}, c1{}, c2{}, c3{};
-      for (int k = 0; k < a.K; k += kLanes) {
-        const vf xv = load(x + k);
-        c0 += load(w0 + k) * xv;
-        c1 += load(w1 + k) * xv;
-        c2 += load(w2 + k) * xv;
-        c3 += load(w3 + k) * xv;
-      }
-      float* o = a.out + static_cast<long>(m) * a.N + nb;
-      const float sums[kRowBlock] = {hsum(c0), hsum(c1), hsum(c2), hsum(c3)};
-      for (int r = 0; r < rows; ++r) o[r] = sums[r];
-    }
+    const float* w[kRowBlock] = {wbuf, wbuf + a.K, wbuf + 2L * a.K, wbuf + 3L * a.K};
+    int m = 0;
+    for (; m + kXBlock <= a.M; m += kXBlock) dot_block<kXBlock>(a, w, m, nb, rows);
+    for (; m < a.M; ++m) dot_block<1>(a, w, m, nb, rows);
   }
+}
+
+inline float dot(const float* a, const float* b, int n) {
+  vf c0{}, c1{};
+  int k = 0;
+  for (; k + 2 * kLanes <= n; k += 2 * kLanes) {
+    c0 += load(a + k) * load(b + k);
+    c1 += load(a + k + kLanes) * load(b + k + kLanes);
+  }
+  for (; k + kLanes <= n; k += kLanes) c0 += load(a + k) * load(b + k);
+  float s = hsum(c0 + c1);
+  for (; k < n; ++k) s += a[k] * b[k];
+  return s;
+}
+
+// out (D) = softmax(scale * K q) V over the first S rows of K and V (row stride D); scores
+// holds S floats of scratch.
+inline void attn_row(const float* q, const float* K, const float* V, int S, int D, float scale,
+                     float* scores, float* out) {
+  float mx = -__builtin_inff();
+  for (int s = 0; s < S; ++s) {
+    scores[s] = dot(q, K + static_cast<long>(s) * D, D) * scale;
+    mx = scores[s] > mx ? scores[s] : mx;
+  }
+  float sum = 0;
+  for (int s = 0; s < S; ++s) {
+    scores[s] = __builtin_expf(scores[s] - mx);
+    sum += scores[s];
+  }
+  for (int d = 0; d < D; ++d) out[d] = 0;
+  for (int s = 0; s < S; ++s) {
+    const float p = scores[s];
+    const float* v = V + static_cast<long>(s) * D;
+    int d = 0;
+    for (; d + kLanes <= D; d += kLanes) {
+      const vf r = load(out + d) + (vf{} + p) * load(v + d);
+      __builtin_memcpy(out + d, &r, sizeof(vf));
+    }
+    for (; d < D; ++d) out[d] += p * v[d];
+  }
+  const float inv = 1.0f / sum;
+  for (int d = 0; d < D; ++d) out[d] *= inv;
 }
 
 }  // namespace lmx::kernels::cpu::LMX_QMM_NS
