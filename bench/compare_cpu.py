@@ -7,7 +7,7 @@ llama.cpp's `llama-bench` with --threads on the GGUF the MLX model was converted
 prompt (prefill) tok/s, decode tok/s, each process's peak RSS (wait4), the load average before
 each run, and ratios against llama.cpp as a Markdown table.
 
-usage: compare_cpu.py --model DIR --gguf FILE --llama-bench PATH [--lmx build/lmx]
+usage: compare_cpu.py --model DIR [--gguf FILE --llama-bench PATH] [--lmx build/lmx]
                       [-p 512] [-g 128] [-n 3] [-t 2]
 """
 import argparse
@@ -66,8 +66,9 @@ def llama_cpp(bench, gguf, p, g, n, threads):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", required=True, help="MLX model directory")
-    ap.add_argument("--gguf", required=True, help="the GGUF the MLX model was converted from")
-    ap.add_argument("--llama-bench", required=True, help="llama.cpp's llama-bench binary")
+    ap.add_argument("--gguf", help="the GGUF the MLX model was converted from")
+    ap.add_argument("--llama-bench", help="llama.cpp's llama-bench binary (left out: no llama.cpp "
+                    "row, ratios against mlx-lm)")
     ap.add_argument("--lmx", default=str(Path(__file__).resolve().parents[1] / "build" / "lmx"))
     ap.add_argument("-p", "--prompt-tokens", type=int, default=512)
     ap.add_argument("-g", "--generation-tokens", type=int, default=128)
@@ -85,6 +86,8 @@ def main():
         ("llama.cpp", lambda: llama_cpp(a.llama_bench, a.gguf, a.prompt_tokens,
                                         a.generation_tokens, a.num_trials, a.threads)),
     ]:
+        if name == "llama.cpp" and not (a.llama_bench and a.gguf):
+            continue
         load = os.getloadavg()[0]
         r = fn()
         r.update(name=name, load=load)
@@ -98,10 +101,11 @@ def main():
     except (OSError, IndexError):
         pass
     ref = runs[-1]
+    vs = ref["name"]
     print(f"machine: {cpu}, {os.cpu_count()} cores; prompt {a.prompt_tokens} tokens, decode "
           f"{a.generation_tokens} tokens, {a.num_trials} trials (lmx and mlx-lm after a warm-up)\n")
     print("| runtime | path | prefill tok/s | decode tok/s | peak RSS MB | load avg before | "
-          "prefill / llama.cpp | decode / llama.cpp |")
+          f"prefill / {vs} | decode / {vs} |")
     print("|---|---|---|---|---|---|---|---|")
     for r in runs:
         print(f"| {r['name']} | {r['note']} | {r['prompt']:.1f} | {r['decode']:.1f} | "

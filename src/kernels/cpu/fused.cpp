@@ -233,7 +233,9 @@ class CausalAttention : public mx::UnaryPrimitive {
         for (int kh = 0; kh < Hkv; ++kh) {
           head_rows_f32(k, b, kh, S, kf.data());
           head_rows_f32(v, b, kh, S, vf.data());
-          parallel_for(group * chunks, [&](int t) {
+          // A decode step's attention is a few microseconds of work: no pool for it.
+          const bool small = static_cast<int64_t>(L) * S * group * D < (1 << 18);
+          auto task = [&](int t) {
             const int h = kh * group + t / chunks, l0 = (t % chunks) * kRowsPerTask;
             thread_local std::vector<float> scores;
             if (scores.size() < static_cast<size_t>(S)) scores.resize(S);
@@ -242,7 +244,12 @@ class CausalAttention : public mx::UnaryPrimitive {
               float* orow = o.data() + ((static_cast<int64_t>(b) * L + l) * Hq + h) * D;
               row(qr, kf.data(), vf.data(), S - L + l + 1, D, scale, scores.data(), orow);
             }
-          });
+          };
+          if (small) {
+            for (int t = 0; t < group * chunks; ++t) task(t);
+          } else {
+            parallel_for(group * chunks, task);
+          }
         }
       from_f32(o.data(), out);
     });
