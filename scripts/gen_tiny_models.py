@@ -311,7 +311,7 @@ ROWS = [
     row("llama_f32_q4_g64", LLAMA, 20, 8, dtype="float32", quant=q(4)),
     row("llama_f32_q4_g32", LLAMA, 9, 2048, dtype="float32", quant=q(4, 32),
         tie_word_embeddings=False),
-    row("qwen3_f32_q8_g128", QWEN3, 17, 8, dtype="float32", quant=q(8, 128)),
+    row("qwen3_f32_q8_g64", QWEN3, 17, 8, dtype="float32", quant=q(8)),
     row("qwen2_f32_q3_g64", QWEN2, 12, 8, dtype="float32", quant=q(3)),
     row("llama_f32_mixed_2_6", LLAMA_WIDE, 14, 2048, dtype="float32",
         quant=q(2, recipe="mixed_2_6"), num_hidden_layers=3, tie_word_embeddings=False),

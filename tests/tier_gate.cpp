@@ -20,6 +20,7 @@ TeacherForced compare_teacher_forced(Model& exact, Model& fast, const std::vecto
   r.positions = static_cast<int>(tokens.size());
   r.mean_kl = mx::mean(kl).item<float>();
   r.top1_agree = mx::mean(mx::astype(agree, mx::float32)).item<float>();
+  r.max_abs_diff = mx::max(mx::abs(mx::subtract(lp, lq))).item<float>();
   return r;
 }
 

@@ -13,6 +13,7 @@ struct TeacherForced {
   double mean_kl = 0;     // mean over positions of KL(p_exact || p_fast), nats
   double top1_agree = 0;  // fraction of positions with the same argmax
   int positions = 0;
+  double max_abs_diff = 0;  // of the log-probabilities: 0 means both ran the same ops
 };
 
 // One forward of `tokens` (1, L) through each model from an empty cache.

@@ -1,7 +1,7 @@
 // Tier L3 of the dense decoder layer: rms_norm + Q/K/V + RoPE and o_proj + residual + rms_norm +
 // SwiGLU MLP + residual each run as one CPU primitive (kernels/cpu/fused.h), and the attention
-// over a plain KV cache as a third (MLX's for other caches). Layers with LoRA adapters, q/k norms
-// (qwen3), biases outside Q/K/V or a RoPE with a frequency table run the op-by-op path.
+// over a plain KV cache as a third (MLX's for other caches). Layers with LoRA adapters, biases
+// outside Q/K/V or a RoPE with a frequency table run the op-by-op path.
 #include "kernels/cpu/fused.h"
 #include "nn/transformer.h"
 
@@ -25,17 +25,23 @@ std::optional<mx::array> DecoderBlock::fused(const mx::array& x, const Mask& mas
   const RoPE& r = a.opt.rope;
   const bool ok = fusable(a.q_proj, true) && fusable(a.k_proj, true) && fusable(a.v_proj, true) &&
                   fusable(a.o_proj, false) && fusable(mlp.gate_proj, false) &&
-                  fusable(mlp.up_proj, false) && fusable(mlp.down_proj, false) && !a.q_norm &&
-                  r.base && !r.freqs && !r.dynamic && r.mscale == 1.0f && x.ndim() == 3;
+                  fusable(mlp.up_proj, false) && fusable(mlp.down_proj, false) && r.base &&
+                  !r.freqs && !r.dynamic && r.mscale == 1.0f && x.ndim() == 3;
   if (!ok) return std::nullopt;
   kernels::cpu::QkvSpec spec{a.opt.n_heads,
                              a.opt.n_kv_heads,
                              a.opt.head_dim,
                              input_layernorm.eps,
-                             {r.dims, r.traditional, *r.base, r.scale}};
+                             {r.dims, r.traditional, *r.base, r.scale},
+                             std::nullopt};
+  std::optional<kernels::cpu::QkNorm> qk_norm;
+  if (a.q_norm) {
+    spec.qk_norm_eps = a.q_norm->eps;
+    qk_norm = kernels::cpu::QkNorm{a.q_norm->weight, a.k_norm->weight};
+  }
   auto qkv =
       kernels::cpu::norm_qkv_rope(x, input_layernorm.weight, qlinear(a.q_proj), qlinear(a.k_proj),
-                                  qlinear(a.v_proj), spec, cache.offset());
+                                  qlinear(a.v_proj), spec, cache.offset(), qk_norm);
   mx::array attn(0.0f);
   if (dynamic_cast<KVCache*>(&cache) && (mask.none() || (!mask.array && mask.mode == "causal"))) {
     // A plain cache returns keys in position order, so the causal mask needs no array.

@@ -111,6 +111,9 @@ class NormQkvRope : public mx::Primitive {
       std::vector<float> xf = f32(x), nw = f32(ins[1]), n(xf.size());
       rms_norm(xf.data(), nw.data(), M, D, spec.norm_eps, n.data());
       const RopeTable table(spec.rope, offset, L);
+      std::vector<float> head_norm[2];
+      if (spec.qk_norm_eps)
+        for (int t = 0; t < 2; ++t) head_norm[t] = f32(ins[ins.size() - 2 + t]);
       const Layer* layers[3] = {&q, &k, &v};
       const int heads[3] = {spec.n_heads, spec.n_kv_heads, spec.n_kv_heads};
       for (int t = 0; t < 3; ++t) {
@@ -124,6 +127,8 @@ class NormQkvRope : public mx::Primitive {
               float* dst = o.data() + ((static_cast<int64_t>(b) * H + h) * L + l) * hd;
               const float* src = y.data() + (static_cast<int64_t>(b) * L + l) * N + h * hd;
               std::copy(src, src + hd, dst);
+              if (t < 2 && spec.qk_norm_eps)
+                rms_norm(dst, head_norm[t].data(), 1, hd, *spec.qk_norm_eps, dst);
               if (t < 2) rope(dst, table, l, spec.rope);
             }
         from_f32(o.data(), outs[t]);
@@ -275,8 +280,11 @@ void check_linear(const QLinear& l, int in, const char* where) {
 
 std::vector<mx::array> norm_qkv_rope(const mx::array& x, const mx::array& norm_weight,
                                      const QLinear& q, const QLinear& k, const QLinear& v,
-                                     const QkvSpec& spec, int offset) {
+                                     const QkvSpec& spec, int offset,
+                                     const std::optional<QkNorm>& qk_norm) {
   const char* where = "norm_qkv_rope";
+  check(spec.qk_norm_eps.has_value() == qk_norm.has_value(), where,
+        "q/k head norms need both the weights and qk_norm_eps");
   check(x.ndim() == 3, where, "expected x (B, L, D), got ", x.ndim(), " dims");
   const int B = x.shape(0), L = x.shape(1), D = x.shape(2), hd = spec.head_dim;
   for (const QLinear* l : {&q, &k, &v}) check_linear(*l, D, where);
@@ -286,6 +294,7 @@ std::vector<mx::array> norm_qkv_rope(const mx::array& x, const mx::array& norm_w
         hd);
   std::vector<mx::array> in = {x, norm_weight};
   for (const QLinear* l : {&q, &k, &v}) push(in, *l);
+  if (qk_norm) in.insert(in.end(), {qk_norm->q, qk_norm->k});
   const Isa isa = active_isa();
   auto prim = std::make_shared<NormQkvRope>(mx::default_stream(mx::Device::cpu), spec, offset, q, k,
                                             v, isa);

@@ -32,13 +32,21 @@ struct QkvSpec {
   int n_heads = 0, n_kv_heads = 0, head_dim = 0;
   float norm_eps = 1e-5f;
   RopeSpec rope;
+  std::optional<float> qk_norm_eps;  // qwen3: rms_norm of each q / k head before RoPE
+};
+
+// qwen3's per-head norms, (head_dim,) each; used when QkvSpec::qk_norm_eps is set.
+struct QkNorm {
+  mx::array q, k;
 };
 
 // x (B, L, D) -> {q (B, n_heads, L, head_dim), k and v (B, n_kv_heads, L, head_dim)}, in x's
-// dtype: rms_norm(x) * norm_weight, the three projections, RoPE at `offset` on q and k.
+// dtype: rms_norm(x) * norm_weight, the three projections, the q / k head norms if any, RoPE
+// at `offset` on q and k.
 std::vector<mx::array> norm_qkv_rope(const mx::array& x, const mx::array& norm_weight,
                                      const QLinear& q, const QLinear& k, const QLinear& v,
-                                     const QkvSpec& spec, int offset);
+                                     const QkvSpec& spec, int offset,
+                                     const std::optional<QkNorm>& qk_norm = std::nullopt);
 
 // h (B, L, D), attn (B, L, n_heads * head_dim) -> h1 + down(silu(gate(n)) * up(n)) with
 // h1 = h + o(attn) and n = rms_norm(h1) * norm_weight, in h's dtype.
