@@ -5,7 +5,8 @@ Runs, one after another on the same machine: `lmx bench` (default tier L3), `lmx
 (tier L1), `python -m mlx_lm.benchmark` (mlx-lm on the CPU wheel) on the MLX model, and
 llama.cpp's `llama-bench` with --threads on the GGUF the MLX model was converted from. Reports
 prompt (prefill) tok/s, decode tok/s, each process's peak RSS (wait4), the load average before
-each run, and ratios against llama.cpp as a Markdown table.
+each run, and ratios against llama.cpp (--threads) as a Markdown table; lmx with one pool thread
+and llama.cpp with one thread are extra rows (on a shared machine, spinning threads lose).
 
 usage: compare_cpu.py --model DIR [--gguf FILE --llama-bench PATH] [--lmx build/lmx]
                       [-p 512] [-g 128] [-n 3] [-t 2]
@@ -19,10 +20,12 @@ import sys
 from pathlib import Path
 
 
-def run_rss(cmd):
+def run_rss(cmd, env=None):
     """stdout and the peak RSS (MB) of one child process, from wait4."""
     pid = os.fork()
     if pid == 0:
+        if env:
+            os.environ.update(env)
         fd = os.open(os.devnull, os.O_WRONLY)
         out = os.open(f"/tmp/compare_cpu_{os.getpid()}.out", os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
         os.dup2(out, 1)
@@ -37,9 +40,9 @@ def run_rss(cmd):
     return text, ru.ru_maxrss / 1024  # KiB on Linux
 
 
-def lmx(binary, model, p, g, n, extra):
+def lmx(binary, model, p, g, n, extra, env=None):
     out, rss = run_rss([binary, "bench", "--model", model, "--prompt-tokens", str(p),
-                        "--gen-tokens", str(g), "--trials", str(n), "--json", *extra])
+                        "--gen-tokens", str(g), "--trials", str(n), "--json", *extra], env)
     j = json.loads(out.strip().splitlines()[-1])
     return dict(prompt=j["prompt_tps"], decode=j["generation_tps"], rss=rss, note=j["tier"])
 
@@ -80,13 +83,18 @@ def main():
     for name, fn in [
         ("lmx default", lambda: lmx(a.lmx, a.model, a.prompt_tokens, a.generation_tokens,
                                     a.num_trials, [])),
+        ("lmx default, LMX_CPU_THREADS=1",
+         lambda: lmx(a.lmx, a.model, a.prompt_tokens, a.generation_tokens, a.num_trials, [],
+                     {"LMX_CPU_THREADS": "1"})),
         ("lmx --exact", lambda: lmx(a.lmx, a.model, a.prompt_tokens, a.generation_tokens,
                                     a.num_trials, ["--exact"])),
         ("mlx-lm", lambda: mlx_lm(a.model, a.prompt_tokens, a.generation_tokens, a.num_trials)),
+        ("llama.cpp, 1 thread", lambda: llama_cpp(a.llama_bench, a.gguf, a.prompt_tokens,
+                                                  a.generation_tokens, a.num_trials, 1)),
         ("llama.cpp", lambda: llama_cpp(a.llama_bench, a.gguf, a.prompt_tokens,
                                         a.generation_tokens, a.num_trials, a.threads)),
     ]:
-        if name == "llama.cpp" and not (a.llama_bench and a.gguf):
+        if name.startswith("llama.cpp") and not (a.llama_bench and a.gguf):
             continue
         load = os.getloadavg()[0]
         r = fn()
