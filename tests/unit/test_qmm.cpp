@@ -53,9 +53,11 @@ TEST_P(QmmLayouts, MatchesDequantizeMatmulInFloat32) {
   const auto [bits, gs, sdt] = GetParam();
   ASSERT_TRUE(kc::supports(bits, gs, "affine", sdt));
   uint64_t seed = 1;
-  // (M, N, K): single rows (decode), odd counts, a row count past the 4-row weight block.
+  // (M, N, K): single rows (decode), odd counts, a row count past the 4-row weight block, a wide
+  // decode layer (64-row tasks).
   const std::vector<std::tuple<int, int, int>> shapes = {
-      {1, 1, 128}, {1, 7, 256}, {3, 17, 384}, {5, 64, 128}, {33, 21, 512}, {2, 129, 256}};
+      {1, 1, 128},   {1, 7, 256},   {3, 17, 384},  {5, 64, 128},
+      {33, 21, 512}, {2, 129, 256}, {1, 1031, 128}};
   for (kc::Isa isa : isas()) {
     for (auto [M, N, K] : shapes) {
       if (K % gs) continue;

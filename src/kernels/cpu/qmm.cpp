@@ -205,15 +205,16 @@ void qmm_f32(const QWeight& w, const float* x, int M, float* out, Isa isa) {
         }
     a.x = perm.data();
   }
-  // Tasks of 16 weight rows: enough to balance the pool, each row computed by one thread in a
-  // fixed order, so the result does not depend on the thread count.
-  constexpr int kRowsPerTask = 16;
-  const int tasks = (a.N + kRowsPerTask - 1) / kRowsPerTask;
+  // Tasks of 16 weight rows (64 for decode-sized calls on wide layers: longer sequential weight
+  // streams per thread) balance the pool; each row is computed by one thread in a fixed order,
+  // so the result does not depend on the thread count or the task size.
+  const int rows_per_task = M <= 4 && a.N >= 1024 ? 64 : 16;
+  const int tasks = (a.N + rows_per_task - 1) / rows_per_task;
   parallel_for(tasks, [&](int t) {
     thread_local std::vector<float> wbuf;
     if (wbuf.size() < 4u * a.K) wbuf.resize(4u * a.K);
-    const int n0 = t * kRowsPerTask;
-    kernel(a, n0, std::min(a.N, n0 + kRowsPerTask), wbuf.data());
+    const int n0 = t * rows_per_task;
+    kernel(a, n0, std::min(a.N, n0 + rows_per_task), wbuf.data());
   });
 }
 

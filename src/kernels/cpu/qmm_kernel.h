@@ -188,6 +188,13 @@ inline void dot_block(const QmmArgs& a, const float* const* w, int m, int nb, in
 inline void qmm_rows(const QmmArgs& a, int n0, int n1, float* wbuf) {
   for (int nb = n0; nb < n1; nb += kRowBlock) {
     const int rows = n1 - nb < kRowBlock ? n1 - nb : kRowBlock;
+    // Decode streams each weight byte once: ask for the next block while this one computes (a
+    // task's rows span few 4 KiB pages, where the hardware prefetcher stops).
+    if (nb + kRowBlock < a.N) {
+      const long row_bytes = static_cast<long>(a.K) * a.bits / 8;
+      const unsigned char* next = a.w + (nb + kRowBlock) * row_bytes;
+      for (long off = 0; off < kRowBlock * row_bytes; off += 64) __builtin_prefetch(next + off);
+    }
     for (int r = 0; r < rows; ++r) dequant_row(a, nb + r, wbuf + static_cast<long>(r) * a.K);
     for (int r = rows; r < kRowBlock; ++r) {
       // A short block computes on copies of its first row; the results are not stored.
