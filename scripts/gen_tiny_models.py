@@ -321,6 +321,23 @@ ROWS = [
         tie_word_embeddings=False),
     row("llama_mixed_2_6", LLAMA_WIDE, 14, 2048, quant=q(2, recipe="mixed_2_6"),
         num_hidden_layers=3, tie_word_embeddings=False),
+    # --- float32 quantized models: the tier L3 gates (tests/models/test_tiers.cpp) compare the
+    # CPU kernels with L1 here; MLX's CPU quantized matmul accumulates bfloat16 inputs in
+    # bfloat16, so on bf16 rows the gate would measure L1's own rounding ---
+    row("llama_f32_q4_g64", LLAMA, 20, 8, dtype="float32", quant=q(4)),
+    row("llama_f32_q4_g32", LLAMA, 9, 2048, dtype="float32", quant=q(4, 32),
+        tie_word_embeddings=False),
+    row("qwen3_f32_q8_g64", QWEN3, 17, 8, dtype="float32", quant=q(8)),
+    row("qwen2_f32_q3_g64", QWEN2, 12, 8, dtype="float32", quant=q(3)),
+    row("llama_f32_mixed_2_6", LLAMA_WIDE, 14, 2048, dtype="float32",
+        quant=q(2, recipe="mixed_2_6"), num_hidden_layers=3, tie_word_embeddings=False),
+    row("llama_f32_q5_g32", LLAMA, 10, 8, dtype="float32", quant=q(5, 32)),
+    row("llama_f32_q4_rope_traditional", LLAMA, 15, 8, dtype="float32", quant=q(4),
+        rope_traditional=True),
+    row("gemma3_text_f32_q4_g64", GEMMA3_TEXT, 30, 8, dtype="float32", quant=q(4),
+        tied_head=True),
+    row("starcoder2_f32_q6_g64", STARCODER2, 16, 2048, dtype="float32", quant=q(6),
+        tie_word_embeddings=False),
     # --- gemma3_text / gemma3: sliding window 8 with 30-token prompts, so the ring wraps ---
     row("gemma3_text_window8", GEMMA3_TEXT, 30, 8),
     row("gemma3_text_window8_oneshot", GEMMA3_TEXT, 30, 2048, tied_head=True),

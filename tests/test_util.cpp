@@ -32,10 +32,13 @@ fs::path data_path(const std::string& relative) {
 fs::path source_dir() { return fs::path(LMX_SOURCE_DIR); }
 fs::path lmx_binary() { return fs::path(LMX_BINARY); }
 
-RunResult run_lmx(const std::string& args) {
+RunResult run_lmx(const std::string& args) { return run_lmx_env("", args); }
+
+RunResult run_lmx_env(const std::string& env, const std::string& args) {
   RunResult r;
   fs::path err_file = fs::temp_directory_path() / ("lmx_test_err_" + std::to_string(::getpid()));
-  std::string cmd = lmx_binary().string() + " " + args + " 2>" + err_file.string();
+  std::string cmd = (env.empty() ? "" : "env " + env + " ") + lmx_binary().string() + " " + args +
+                    " 2>" + err_file.string();
   if (args.find('<') == std::string::npos) cmd += " </dev/null";
   FILE* p = ::popen(cmd.c_str(), "r");
   if (!p) return r;

@@ -20,5 +20,7 @@ struct RunResult {
 };
 // Runs the lmx binary with arguments (each already shell-quoted by the caller or plain words).
 RunResult run_lmx(const std::string& args);
+// The same with environment assignments ("NAME=value NAME2=value") for the binary.
+RunResult run_lmx_env(const std::string& env, const std::string& args);
 
 }  // namespace lmx::test

@@ -109,10 +109,14 @@ struct TokenOutput {
   std::string_view text;
 };
 
-// Tensor parallelism over the processes of one host (docs/distributed.md).
+// How a model is loaded and which implementation runs it.
 struct LoadOptions {
-  // > 1: this process is one rank of a launch_ranks group of that size and loads its shard
-  // (attention heads and MLP columns split as mlx-lm's Model.shard). llama, mistral, qwen2, qwen3.
+  // Tier L1: stock MLX ops only, logits bit-identical to mlx-lm. Off (the default, tier L3):
+  // on the CPU, quantized matmuls run lmx's SIMD kernels (float32 accumulation; docs/cpu.md).
+  bool exact = false;
+  // Tensor parallelism over the processes of one host (docs/distributed.md). > 1: this process is
+  // one rank of a launch_ranks group of that size and loads its shard (attention heads and MLP
+  // columns split as mlx-lm's Model.shard). llama, mistral, qwen2, qwen3.
   int tensor_parallel = 1;
 };
 
@@ -132,6 +136,10 @@ std::optional<int> tensor_parallel_rank();
 // Tells the launcher this rank finished starting (call after LanguageModel::load).
 void notify_rank_ready();
 
+// What a model loaded with these options runs on, e.g. "L3 (lmx CPU kernels: avx512, 2 threads)"
+// or "L1 (exact: stock MLX ops)".
+std::string tier_description(const LoadOptions& options = {});
+
 class LanguageModel {
  public:
   // Loads config.json, model*.safetensors, tokenizer.json from `dir`. Throws lmx::Error.
@@ -149,6 +157,8 @@ class LanguageModel {
   // Reads and checks a kv_config.json against this model's layers. Throws lmx::Error naming the
   // file and the bad entry.
   std::vector<KVLayerBits> read_kv_config(const std::filesystem::path& file) const;
+  // The tier this model runs (tier_description).
+  std::string tier() const;
 
   std::vector<int> encode(std::string_view text, bool add_special_tokens = true) const;
   std::string decode(const std::vector<int>& ids) const;

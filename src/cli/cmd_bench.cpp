@@ -78,6 +78,7 @@ void print_result(const std::string& dir, const LanguageModel& model, const Gene
   if (as_json) {
     json j = {{"model", dir},
               {"backend", backend_description()},
+              {"tier", model.tier()},
               {"tensor_parallel", tp},
               {"prompt_tokens", p},
               {"gen_tokens", g},
@@ -90,8 +91,8 @@ void print_result(const std::string& dir, const LanguageModel& model, const Gene
               {"kv_bytes_per_token", r.last.kv_bytes_per_token}};
     std::printf("%s\n", j.dump().c_str());
   } else {
-    std::printf("backend: %s\nmodel: %s (%s)\n", backend_description().c_str(), dir.c_str(),
-                model.model_type().c_str());
+    std::printf("backend: %s\ntier: %s\nmodel: %s (%s)\n", backend_description().c_str(),
+                model.tier().c_str(), dir.c_str(), model.model_type().c_str());
     if (tp > 1) std::printf("tensor parallel: %d ranks\n", tp);
     std::printf("prompt: %d tokens, %.3f tokens-per-sec\n", p, r.prompt_tps);
     std::printf("generation: %d tokens, %.3f tokens-per-sec\n", g, r.generation_tps);
@@ -119,6 +120,7 @@ int cmd_bench(const Args& args) {
       {"trials", "measured runs after one warm-up", false, "N", "3"},
       {"seed", "seed of the random prompt", false, "S", "0"},
       {"json", "print one JSON line instead of text", true},
+      {"exact", "tier L1: stock MLX ops, bit-exact with mlx-lm (default: the fast tier L3)", true},
   };
   for (auto& spec : kv_cache_flags()) specs.push_back(spec);
   for (auto& spec : tensor_parallel_flags()) specs.push_back(spec);
@@ -142,7 +144,7 @@ int cmd_bench(const Args& args) {
   if (launched_ranks(f, "bench", args)) return 0;
   // Every rank draws the same random prompts (same seed) and runs the same steps.
   const int tp = tensor_parallel_size(f);
-  LanguageModel model = LanguageModel::load(dir, {tp});
+  LanguageModel model = LanguageModel::load(dir, {.exact = f.on("exact"), .tensor_parallel = tp});
   notify_rank_ready();
   GenerateOptions opt;
   set_kv_cache_options(f, model, opt);

@@ -47,6 +47,8 @@ int cmd_chat(const Args& args) {
   f.add({"chat-template-args",
          "JSON object of template variables, e.g. '{\"enable_thinking\":false}'", false, "JSON"});
   f.add({"verbose", "print prompt reuse and speed after each answer to standard error", true});
+  f.add(
+      {"exact", "tier L1: stock MLX ops, bit-exact with mlx-lm (default: the fast tier L3)", true});
   f.add({"no-cache-reuse", "prefill the whole conversation every turn (for comparison)", true});
   if (!f.parse(args)) {
     std::fputs(f.usage().c_str(), stdout);
@@ -66,7 +68,7 @@ int cmd_chat(const Args& args) {
     check(topt.kwargs.is_object(), "chat", "--chat-template-args must be a JSON object, got ",
           topt.kwargs.type_name());
   }
-  LanguageModel model = LanguageModel::load(dir);
+  LanguageModel model = LanguageModel::load(dir, {.exact = f.on("exact")});
   Session session(model);
   std::string system = f.str("system");
   chat::ojson history = chat::ojson::array();

@@ -29,7 +29,9 @@ int cmd_embed(const Args& args) {
           "pooling of the final norm's state, L2-normalized. Prints JSON to standard output.",
           {{"model", "model directory (MLX format)", false, "DIR"},
            {"text", "a text to embed (repeatable)", false, "TEXT"},
-           {"file", "embed every non-empty line of this file", false, "PATH"}});
+           {"file", "embed every non-empty line of this file", false, "PATH"},
+           {"exact", "tier L1: stock MLX ops, bit-exact with mlx-lm (default: the fast tier L3)",
+            true}});
   if (!f.parse(args)) {
     std::fputs(f.usage().c_str(), stdout);
     return 0;
@@ -38,7 +40,7 @@ int cmd_embed(const Args& args) {
   for (const std::string& path : f.all("file"))
     for (std::string& line : read_lines(path)) texts.push_back(std::move(line));
   check(!texts.empty(), "lmx embed", "nothing to embed, expected --text or --file");
-  LanguageModel model = LanguageModel::load(f.required("model"));
+  LanguageModel model = LanguageModel::load(f.required("model"), {.exact = f.on("exact")});
   std::vector<std::vector<int>> batch;
   size_t tokens = 0;
   for (const std::string& t : texts) {

@@ -25,6 +25,7 @@ std::vector<FlagSpec> sampling_flags() {
       {"repetition-context-size", "tokens the repetition penalty looks back", false, "N", "20"},
       {"seed", "random seed", false, "S"},
       {"prefill-step-size", "prompt tokens per prefill chunk", false, "N", "2048"},
+      {"exact", "tier L1: stock MLX ops, bit-exact with mlx-lm (default: the fast tier L3)", true},
       {"ignore-chat-template", "(accepted for mlx_lm compatibility; prompts are used as given)",
        true},
   };
@@ -124,7 +125,8 @@ int cmd_generate(const Args& args) {
   GenerateOptions opt = generate_options(f);
   const std::string prompt = prompt_text(f);
   if (launched_ranks(f, "generate", args, prompt)) return 0;
-  LanguageModel model = LanguageModel::load(f.required("model"), {tensor_parallel_size(f)});
+  LanguageModel model = LanguageModel::load(
+      f.required("model"), {.exact = f.on("exact"), .tensor_parallel = tensor_parallel_size(f)});
   notify_rank_ready();
   // Every rank generates the same tokens; only rank 0 reports (the launcher drops the others'
   // standard output).
@@ -147,6 +149,7 @@ int cmd_generate(const Args& args) {
   });
   std::fputc('\n', stdout);
   if (f.on("verbose") && report) {
+    std::fprintf(stderr, "tier: %s\n", model.tier().c_str());
     std::fprintf(stderr,
                  "prompt: %d tokens, %.3f tokens-per-sec\n"
                  "generation: %d tokens, %.3f tokens-per-sec\n"

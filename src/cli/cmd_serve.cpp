@@ -34,6 +34,8 @@ int cmd_serve(const Args& args) {
               {"prompt-cache-bytes", "byte cap of the prompt cache", false, "N", "unlimited"},
               {"prefill-step-size", "prompt tokens per prefill chunk", false, "N", "2048"},
               {"http-threads", "HTTP worker threads", false, "N", "32"},
+              {"exact", "tier L1: stock MLX ops, bit-exact with mlx-lm (default: the fast tier L3)",
+               true},
               {"trust-remote-code", "(accepted for mlx_lm compatibility; no code is run)", true},
           });
   for (auto& spec : kv_cache_flags()) f.add(spec);
@@ -45,6 +47,7 @@ int cmd_serve(const Args& args) {
         "--adapter-path: LoRA adapters are not supported by lmx yet");
   server::ServerOptions o;
   o.model = f.required("model");
+  o.exact = f.on("exact");
   o.host = f.str("host", "127.0.0.1");
   o.port = f.integer("port", 8080);
   check(o.port > 0 && o.port < 65536, "serve", "--port must be 1-65535, got ", o.port);

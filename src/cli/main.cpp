@@ -38,7 +38,9 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (cmd == "--version" || cmd == "version") {
-      std::printf("lmx %s (%s)\n", lmx::version().c_str(), lmx::backend_description().c_str());
+      std::printf("lmx %s (%s)\ndefault tier: %s; --exact: %s\n", lmx::version().c_str(),
+                  lmx::backend_description().c_str(), lmx::tier_description().c_str(),
+                  lmx::tier_description({.exact = true}).c_str());
       return 0;
     }
     if (cmd == "generate") return cmd_generate(args);

@@ -10,6 +10,8 @@
 #include "engine/model_impl.h"
 #include "engine/tensor_parallel.h"
 #include "generate/generate.h"
+#include "kernels/cpu/qmm.h"
+#include "kernels/cpu/thread_pool.h"
 #include "lmx/lmx.h"
 #include "models/model.h"
 #include "tokenizer/tokenizer.h"
@@ -46,7 +48,7 @@ LanguageModel LanguageModel::load(const std::filesystem::path& dir, const LoadOp
         options.tensor_parallel);
   std::optional<ShardSpec> shard;
   if (options.tensor_parallel > 1) shard = join_tensor_parallel_group(options.tensor_parallel);
-  LoadedWeights loaded = load_model(dir, shard);
+  LoadedWeights loaded = load_model(dir, options, shard);
   Tokenizer tok = Tokenizer::from_dir(dir);
   std::vector<int> eos = loaded.info.eos_token_ids;
   // mlx-lm's TokenizerWrapper adds the tokenizer's own eos token to the config's ids.
@@ -78,6 +80,22 @@ std::optional<int> LanguageModel::context_length() const {
 }
 
 std::vector<int> LanguageModel::eos_token_ids() const { return impl_->eos; }
+
+namespace {
+
+std::string describe_tier(bool cpu_kernels) {
+  if (!cpu_kernels) return "L1 (exact: stock MLX ops)";
+  return "L3 (lmx CPU kernels: " + kernels::cpu::isa_name(kernels::cpu::active_isa()) + ", " +
+         std::to_string(kernels::cpu::num_threads()) + " threads)";
+}
+
+}  // namespace
+
+std::string tier_description(const LoadOptions& options) {
+  return describe_tier(!options.exact && mx::default_device() == mx::Device::cpu);
+}
+
+std::string LanguageModel::tier() const { return describe_tier(impl_->loaded.cpu_kernels); }
 
 int LanguageModel::vocab_size() const {
   const json& c = impl_->loaded.info.config;

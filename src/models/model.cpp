@@ -155,7 +155,8 @@ std::vector<int> read_eos(const json& v) {
 
 }  // namespace
 
-LoadedWeights load_model(const fs::path& dir, const std::optional<ShardSpec>& shard) {
+LoadedWeights load_model(const fs::path& dir, const LoadOptions& options,
+                         const std::optional<ShardSpec>& shard) {
   check(fs::is_directory(dir), dir.string(), "model directory does not exist");
   const fs::path config_path = dir / "config.json";
   check(fs::exists(config_path), config_path.string(), "config.json not found");
@@ -196,7 +197,9 @@ LoadedWeights load_model(const fs::path& dir, const std::optional<ShardSpec>& sh
   WeightStore store(std::move(weights), QuantConfig::from_config(config, source), dir.string());
   const bool sharded = shard && shard->size > 1;
   if (shard) store.set_shard(*shard);
+  store.set_cpu_kernels(!options.exact && mx::default_device() == mx::Device::cpu);
   LoadedWeights out;
+  out.cpu_kernels = store.cpu_kernels();
   try {
     out.model = arch->build(config, store);
   } catch (const json::exception& e) {

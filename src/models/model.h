@@ -13,6 +13,7 @@
 #include "cache/kv_cache.h"
 #include "core/json.h"
 #include "io/safetensors.h"
+#include "lmx/lmx.h"
 
 namespace lmx {
 
@@ -58,6 +59,9 @@ class WeightStore {
     return shard_ && shard_->size > 1 ? &*shard_ : nullptr;
   }
   bool shard_consumed() const { return shard_consumed_; }
+  // Tier L3: quantized layers the CPU kernels support run them (kernels/cpu/qmm.h).
+  void set_cpu_kernels(bool on) { cpu_kernels_ = on; }
+  bool cpu_kernels() const { return cpu_kernels_; }
 
  private:
   Weights weights_;
@@ -66,6 +70,7 @@ class WeightStore {
   std::set<std::string> used_;
   QuantConfig quant_;
   std::string source_;
+  bool cpu_kernels_ = false;
 };
 
 // Residual-stream states a forward records while the tap is set on a model (what a speculative
@@ -112,6 +117,7 @@ struct ModelInfo {
 struct LoadedWeights {
   std::unique_ptr<Model> model;
   ModelInfo info;
+  bool cpu_kernels = false;  // tier L3 (quantized matmuls on lmx's CPU kernels), else L1
 };
 
 // One registered architecture: build the model from config.json, consuming tensors.
@@ -125,9 +131,11 @@ void register_architecture(const std::string& model_type, Architecture arch);
 const Architecture* find_architecture(const std::string& model_type);
 std::vector<std::string> registered_architectures();
 
-// Loads config.json, generation_config.json and model*.safetensors from a directory; with a
-// shard spec of size > 1, only that rank's part of a tensor-parallel model.
-LoadedWeights load_model(const std::filesystem::path& dir,
+// Loads config.json, generation_config.json and model*.safetensors from a directory.
+// options.exact selects tier L1 (stock MLX ops, bit-exact with mlx-lm); otherwise, on the CPU,
+// quantized matmuls run lmx's kernels (tier L3). With a shard spec of size > 1, only that rank's
+// part of a tensor-parallel model.
+LoadedWeights load_model(const std::filesystem::path& dir, const LoadOptions& options = {},
                          const std::optional<ShardSpec>& shard = std::nullopt);
 
 // Static registration helper for one architecture file.

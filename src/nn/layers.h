@@ -36,6 +36,7 @@ struct Linear {
   mx::array weight{0.0f};  // (out, in) or packed (out, in * bits / 32)
   std::optional<mx::array> scales, biases, bias;
   std::optional<QuantSpec> quant;
+  bool cpu_kernel = false;  // tier L3: the quantized matmul runs kernels/cpu/qmm.h
   std::vector<std::shared_ptr<const LinearAdapter>> adapters;
   std::optional<AllReduce> all_reduce;  // tensor parallel, sharded-to-all (nn/shard.h)
 
@@ -51,6 +52,8 @@ struct Embedding {
   mx::array weight{0.0f};  // (vocab, dims) or packed
   std::optional<mx::array> scales, biases;
   std::optional<QuantSpec> quant;
+  bool cpu_kernel = false;                // tier L3: as_linear runs kernels/cpu/qmm.h
+  std::optional<mx::Dtype> lookup_dtype;  // L3: the checkpoint's scale dtype, before compacting
 
   static Embedding load(WeightStore& w, const std::string& path, int vocab, int dims);
   mx::array operator()(const mx::array& ids) const;

@@ -56,6 +56,7 @@ DecoderBlock::DecoderBlock(const DecoderOptions& o, WeightStore& w, const std::s
                                              o.attention.hidden_size, o.rms_norm_eps)) {}
 
 mx::array DecoderBlock::operator()(const mx::array& x, const Mask& mask, KVCacheBase& cache) const {
+  if (auto y = fused(x, mask, cache)) return *y;
   mx::array h = mx::add(x, self_attn(input_layernorm(x), mask, cache));
   return mx::add(h, mlp(post_attention_layernorm(h)));
 }

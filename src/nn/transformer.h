@@ -56,6 +56,11 @@ struct DecoderBlock {
 
   DecoderBlock(const DecoderOptions& o, WeightStore& w, const std::string& path);
   mx::array operator()(const mx::array& x, const Mask& mask, KVCacheBase& cache) const;
+
+ private:
+  // Tier L3: the layer as two fused CPU primitives around the cached attention
+  // (nn/fused_block.cpp); nullopt when a part of it has no fused form.
+  std::optional<mx::array> fused(const mx::array& x, const Mask& mask, KVCacheBase& cache) const;
 };
 
 // embed_tokens -> blocks -> norm -> lm_head (tied: embed_tokens.as_linear).

@@ -34,7 +34,7 @@ bool Job::pop(std::vector<TokenEvent>& out) {
 }
 
 Engine::Engine(const EngineOptions& o)
-    : loaded_(load_model(o.model)),
+    : loaded_(load_model(o.model, {.exact = o.exact})),
       tokenizer_(Tokenizer::from_dir(o.model)),
       eos_(loaded_.info.eos_token_ids),
       cache_key_(std::filesystem::weakly_canonical(o.model).string()),

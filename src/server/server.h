@@ -13,6 +13,7 @@ namespace lmx::server {
 
 struct ServerOptions {
   std::filesystem::path model;
+  bool exact = false;  // --exact: tier L1
   std::string host = "127.0.0.1";
   int port = 8080;
   SamplingDefaults defaults;

@@ -29,7 +29,7 @@ wait_prompts() {
 }
 start_chat() {
   tmux new-session -d -s "$session" -x 250 -y 60 \
-    "'$lmx' chat --model '$model' --max-tokens $1; echo '[chat exited]'; sleep 60"
+    "'$lmx' chat --exact --model '$model' --max-tokens $1; echo '[chat exited]'; sleep 60"
 }
 
 start_chat $max_tokens
@@ -64,7 +64,7 @@ tok = AutoTokenizer.from_pretrained(sys.argv[1])
 sys.stdout.write(tok.apply_chat_template(json.loads(sys.argv[2]), tokenize=False, add_generation_prompt=True))
 PY
 }
-generate() { "$lmx" generate --model "$model" --max-tokens $max_tokens --prompt - < "$1" | sed -e 's/[[:space:]]*$//'; }
+generate() { "$lmx" generate --exact --model "$model" --max-tokens $max_tokens --prompt - < "$1" | sed -e 's/[[:space:]]*$//'; }
 json_str() { "$py" -c 'import json,sys; print(json.dumps(sys.argv[1]))' "$1"; }
 
 render "$work/p1.txt" "[{\"role\": \"user\", \"content\": $(json_str "$q1")}]"

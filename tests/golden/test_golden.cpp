@@ -34,7 +34,7 @@ TEST(GoldenSmolLM2, PromptIdsMatchMlxLmTokenizer) {
 TEST(GoldenSmolLM2, LogprobsAndGreedyTokensIdentical) {
   const auto golden = read_golden();
   Weights ref = load_safetensors(test::data_path("golden/logprobs.safetensors"));
-  LoadedWeights lw = load_model(model_dir());
+  LoadedWeights lw = load_model(model_dir(), {.exact = true});
   int case_idx = 0;
   for (const auto& c : golden["cases"]) {
     SCOPED_TRACE("case " + std::to_string(case_idx));
@@ -71,7 +71,7 @@ TEST(GoldenSmolLM2, LogprobsAndGreedyTokensIdentical) {
 TEST(GoldenSmolLM2, PublicApiStreamsTheSameText) {
   const auto golden = read_golden();
   const auto& c = golden["cases"][0];
-  LanguageModel m = LanguageModel::load(model_dir());
+  LanguageModel m = LanguageModel::load(model_dir(), {.exact = true});
   GenerateOptions opt;
   opt.max_tokens = golden["max_tokens"].get<int>();
   std::string text;
@@ -121,7 +121,7 @@ TEST(GoldenSmolLM2, CliGeneratesTheGoldenText) {
   const auto& c = golden["cases"][0];
   const auto file = std::filesystem::temp_directory_path() / "lmx_golden_prompt.txt";
   std::ofstream(file) << c["prompt"].get<std::string>();
-  auto r = test::run_lmx("generate --model " + model_dir().string() + " --max-tokens " +
+  auto r = test::run_lmx("generate --exact --model " + model_dir().string() + " --max-tokens " +
                          std::to_string(golden["max_tokens"].get<int>()) + " --prompt - < " +
                          file.string());
   std::filesystem::remove(file);

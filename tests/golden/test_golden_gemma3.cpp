@@ -26,7 +26,7 @@ std::filesystem::path model_dir() { return test::data_path("gemma3-270m"); }
 TEST(GoldenGemma3, GreedyTokensAndLogprobsIdentical) {
   const auto golden = read_golden();
   Weights ref = load_safetensors(test::data_path("golden-gemma3/logprobs.safetensors"));
-  LoadedWeights lw = load_model(model_dir());
+  LoadedWeights lw = load_model(model_dir(), {.exact = true});
   int case_idx = 0;
   for (const auto& c : golden["cases"]) {
     SCOPED_TRACE("case " + std::to_string(case_idx));

@@ -31,7 +31,7 @@ Answer collect(Gen&& gen) {
 
 TEST(Session, SecondTurnReusesCacheAndMatchesFreshGenerate) {
   const auto dir = test::data_path("smollm2-135m-instruct-4bit");
-  LanguageModel model = LanguageModel::load(dir);
+  LanguageModel model = LanguageModel::load(dir, {.exact = true});
   const chat::ChatTemplate tmpl = chat::ChatTemplate::from_model_dir(dir);
   GenerateOptions opt;
   opt.max_tokens = 16;

@@ -58,7 +58,7 @@ TEST(Embed, BitIdenticalToMlxBatchedAndAlone) {
   const std::vector<EmbedRow> rows = load_rows();
   ASSERT_EQ(rows.size(), 4u);
   for (const EmbedRow& r : rows) {
-    LanguageModel model = LanguageModel::load(r.dir);
+    LanguageModel model = LanguageModel::load(r.dir, {.exact = true});
     for (size_t i = 0; i < r.texts.size(); ++i)
       EXPECT_EQ(model.embedding_tokens(r.texts[i]), r.ids[i]) << r.dir << " text " << i;
     const auto batched = model.embed_texts(r.texts);
@@ -86,8 +86,8 @@ TEST(Embed, CliPrintsTheSameVectors) {
   const EmbedRow r = load_rows().at(0);
   const fs::path file = fs::temp_directory_path() / "lmx_embed_texts.txt";
   std::ofstream(file) << r.texts[2] << "\n\n" << r.texts[0] << "\n";
-  test::RunResult res = test::run_lmx("embed --model " + r.dir.string() + " --text '" + r.texts[1] +
-                                      "' --file " + file.string());
+  test::RunResult res = test::run_lmx("embed --exact --model " + r.dir.string() + " --text '" +
+                                      r.texts[1] + "' --file " + file.string());
   fs::remove(file);
   ASSERT_EQ(res.exit_code, 0) << res.err;
   const auto vecs = parse_cli_output(res.out);
@@ -102,10 +102,10 @@ TEST(Embed, CliPrintsTheSameVectors) {
 
 TEST(Embed, BadInputIsAnError) {
   const EmbedRow r = load_rows().at(0);
-  LanguageModel model = LanguageModel::load(r.dir);
+  LanguageModel model = LanguageModel::load(r.dir, {.exact = true});
   EXPECT_THROW(model.embed({{}}), Error);
   EXPECT_THROW(model.embed({{1, model.vocab_size()}}), Error);
-  test::RunResult res = test::run_lmx("embed --model " + r.dir.string());
+  test::RunResult res = test::run_lmx("embed --exact --model " + r.dir.string());
   EXPECT_EQ(res.exit_code, 1);
   EXPECT_NE(res.err.find("nothing to embed"), std::string::npos) << res.err;
 }

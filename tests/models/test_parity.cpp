@@ -3,7 +3,8 @@
 // The rows (tiny random models + the mlx-lm reference run) come from scripts/gen_tiny_models.py,
 // which writes $LMX_TEST_DATA/parity/index.json and one directory per row. Each row replays the
 // recorded model calls of mlx-lm's generate_step (prefill chunks, the last prompt token, greedy
-// decode steps) against lmx::load_model(dir) and requires max |lmx - mlx-lm| == 0 for every call.
+// decode steps) against lmx::load_model(dir, {.exact = true}) (tier L1) and requires
+// max |lmx - mlx-lm| == 0 for every call.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -143,7 +144,7 @@ class Parity : public ::testing::TestWithParam<std::string> {
     ASSERT_TRUE(fs::is_directory(dir_));
     ref_ = load_reference(dir_);
     ASSERT_FALSE(ref_.calls.empty());
-    loaded_ = load_model(dir_);
+    loaded_ = load_model(dir_, {.exact = true});
     ASSERT_NE(loaded_.model, nullptr);
     // Per-layer KV bits, read as LanguageModel::load reads them.
     if (fs::exists(dir_ / "kv_config.json")) {

@@ -37,7 +37,7 @@ class Server:
         self.port = free_port()
         # A file, not a pipe: a full pipe nobody reads would block the server's logging.
         self.log = tempfile.TemporaryFile()
-        self.proc = subprocess.Popen([BINARY, "serve", "--model", MODEL, "--port", str(self.port),
+        self.proc = subprocess.Popen([BINARY, "serve", "--exact", "--model", MODEL, "--port", str(self.port),
                                       *flags], stdout=subprocess.DEVNULL, stderr=self.log)
         deadline = time.time() + 120
         while time.time() < deadline:
@@ -434,7 +434,7 @@ class FlagsTest(unittest.TestCase):
         for flags, words in ((["--adapter-path", "x"], "LoRA"),
                              (["--chat-template-args", "[1]"], "--chat-template-args"),
                              (["--port", "0"], "--port")):
-            r = subprocess.run([BINARY, "serve", "--model", MODEL, *flags], capture_output=True,
+            r = subprocess.run([BINARY, "serve", "--exact", "--model", MODEL, *flags], capture_output=True,
                                text=True, timeout=120)
             self.assertEqual(r.returncode, 1, flags)
             self.assertIn(words, r.stderr)

@@ -46,7 +46,7 @@ int main(int argc, char** argv) {
     const int size = std::atoi(std::getenv("LMX_TP_SIZE") ? std::getenv("LMX_TP_SIZE") : "0");
     if (rank == fail_rank) return 3;
     ShardSpec spec = join_tensor_parallel_group(size);
-    LoadedWeights loaded = load_model(dir, spec);
+    LoadedWeights loaded = load_model(dir, {.exact = true}, spec);
     if (rank == stall_rank) pause();
     notify_rank_ready();
     const json ref = read_json_file(dir / "reference.json");

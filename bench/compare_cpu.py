@@ -1,0 +1,125 @@
+#!/usr/bin/env python3
+"""The CPU tiers against mlx-lm and llama.cpp in one run (docs/benchmarks.md).
+
+Runs, one after another on the same machine: `lmx bench` (default tier L3), `lmx bench --exact`
+(tier L1), `python -m mlx_lm.benchmark` (mlx-lm on the CPU wheel) on the MLX model, and
+llama.cpp's `llama-bench` with --threads on the GGUF the MLX model was converted from. Reports
+prompt (prefill) tok/s, decode tok/s, each process's peak RSS (wait4), the load average before
+each run, and ratios against llama.cpp (--threads) as a Markdown table; lmx with one pool thread
+and llama.cpp with one thread are extra rows (on a shared machine, spinning threads lose).
+
+usage: compare_cpu.py --model DIR [--gguf FILE --llama-bench PATH] [--lmx build/lmx]
+                      [-p 512] [-g 128] [-n 3] [-t 2]
+"""
+import argparse
+import json
+import os
+import platform
+import re
+import sys
+from pathlib import Path
+
+
+def run_rss(cmd, env=None):
+    """stdout and the peak RSS (MB) of one child process, from wait4."""
+    pid = os.fork()
+    if pid == 0:
+        if env:
+            os.environ.update(env)
+        fd = os.open(os.devnull, os.O_WRONLY)
+        out = os.open(f"/tmp/compare_cpu_{os.getpid()}.out", os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        os.dup2(out, 1)
+        os.dup2(fd, 2)
+        os.execvp(cmd[0], cmd)
+    _, status, ru = os.wait4(pid, 0)
+    path = f"/tmp/compare_cpu_{pid}.out"
+    text = Path(path).read_text()
+    os.unlink(path)
+    if os.waitstatus_to_exitcode(status) != 0:
+        sys.exit(f"{' '.join(cmd)} failed:\n{text}")
+    return text, ru.ru_maxrss / 1024  # KiB on Linux
+
+
+def lmx(binary, model, p, g, n, extra, env=None):
+    out, rss = run_rss([binary, "bench", "--model", model, "--prompt-tokens", str(p),
+                        "--gen-tokens", str(g), "--trials", str(n), "--json", *extra], env)
+    j = json.loads(out.strip().splitlines()[-1])
+    return dict(prompt=j["prompt_tps"], decode=j["generation_tps"], rss=rss, note=j["tier"])
+
+
+def mlx_lm(model, p, g, n):
+    out, rss = run_rss([sys.executable, "-m", "mlx_lm.benchmark", "--model", model, "-p", str(p),
+                        "-g", str(g), "-n", str(n)])
+    line = [l for l in out.splitlines() if l.startswith("Averages:")][-1]
+    v = dict(re.findall(r"(\w+)=([\d.]+)", line))
+    return dict(prompt=float(v["prompt_tps"]), decode=float(v["generation_tps"]), rss=rss,
+                note="mlx-lm CPU")
+
+
+def llama_cpp(bench, gguf, p, g, n, threads):
+    out, rss = run_rss([bench, "-m", gguf, "-p", str(p), "-n", str(g), "-r", str(n), "-t",
+                        str(threads), "-o", "json"])
+    rows = json.loads(out[out.index("["):])
+    pp = [r for r in rows if r["n_prompt"] == p and r["n_gen"] == 0][0]
+    tg = [r for r in rows if r["n_gen"] == g and r["n_prompt"] == 0][0]
+    return dict(prompt=pp["avg_ts"], decode=tg["avg_ts"], rss=rss,
+                note=f"llama.cpp {pp.get('build_commit', '')}, {threads} threads")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", required=True, help="MLX model directory")
+    ap.add_argument("--gguf", help="the GGUF the MLX model was converted from")
+    ap.add_argument("--llama-bench", help="llama.cpp's llama-bench binary (left out: no llama.cpp "
+                    "row, ratios against mlx-lm)")
+    ap.add_argument("--lmx", default=str(Path(__file__).resolve().parents[1] / "build" / "lmx"))
+    ap.add_argument("-p", "--prompt-tokens", type=int, default=512)
+    ap.add_argument("-g", "--generation-tokens", type=int, default=128)
+    ap.add_argument("-n", "--num-trials", type=int, default=3)
+    ap.add_argument("-t", "--threads", type=int, default=2)
+    a = ap.parse_args()
+
+    runs = []
+    for name, fn in [
+        ("lmx default", lambda: lmx(a.lmx, a.model, a.prompt_tokens, a.generation_tokens,
+                                    a.num_trials, [])),
+        ("lmx default, LMX_CPU_THREADS=1",
+         lambda: lmx(a.lmx, a.model, a.prompt_tokens, a.generation_tokens, a.num_trials, [],
+                     {"LMX_CPU_THREADS": "1"})),
+        ("lmx --exact", lambda: lmx(a.lmx, a.model, a.prompt_tokens, a.generation_tokens,
+                                    a.num_trials, ["--exact"])),
+        ("mlx-lm", lambda: mlx_lm(a.model, a.prompt_tokens, a.generation_tokens, a.num_trials)),
+        ("llama.cpp, 1 thread", lambda: llama_cpp(a.llama_bench, a.gguf, a.prompt_tokens,
+                                                  a.generation_tokens, a.num_trials, 1)),
+        ("llama.cpp", lambda: llama_cpp(a.llama_bench, a.gguf, a.prompt_tokens,
+                                        a.generation_tokens, a.num_trials, a.threads)),
+    ]:
+        if name.startswith("llama.cpp") and not (a.llama_bench and a.gguf):
+            continue
+        load = os.getloadavg()[0]
+        r = fn()
+        r.update(name=name, load=load)
+        runs.append(r)
+        print(f"{name}: {r}", file=sys.stderr)
+
+    cpu = platform.machine()
+    try:
+        cpu = [l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo")
+               if l.startswith("model name")][0]
+    except (OSError, IndexError):
+        pass
+    ref = runs[-1]
+    vs = ref["name"]
+    print(f"machine: {cpu}, {os.cpu_count()} cores; prompt {a.prompt_tokens} tokens, decode "
+          f"{a.generation_tokens} tokens, {a.num_trials} trials (lmx and mlx-lm after a warm-up)\n")
+    print("| runtime | path | prefill tok/s | decode tok/s | peak RSS MB | load avg before | "
+          f"prefill / {vs} | decode / {vs} |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r in runs:
+        print(f"| {r['name']} | {r['note']} | {r['prompt']:.1f} | {r['decode']:.1f} | "
+              f"{r['rss']:.0f} | {r['load']:.2f} | {r['prompt'] / ref['prompt']:.2f} | "
+              f"{r['decode'] / ref['decode']:.2f} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,337 @@
+#include "kernels/cpu/fused.h"
+
+#include <mlx/backend/cpu/encoder.h>
+#include <mlx/primitives.h>
+
+#include <cmath>
+#include <vector>
+
+#include "core/error.h"
+#include "kernels/cpu/thread_pool.h"
+
+namespace lmx::kernels::cpu {
+
+namespace {
+
+// Inputs of one QLinear inside a primitive's input list: w, scales, biases[, bias].
+void push(std::vector<mx::array>& in, const QLinear& l) {
+  in.insert(in.end(), {l.w, l.scales, l.biases});
+  if (l.bias) in.push_back(*l.bias);
+}
+
+struct Layer {
+  QWeight w;
+  std::optional<mx::array> bias;  // read inside the task, once its producer has run
+};
+
+// Reads a QLinear back from the inputs at position i (advancing it).
+Layer take(const std::vector<mx::array>& in, size_t& i, const QLinear& spec) {
+  Layer l{qweight(in[i], in[i + 1], in[i + 2], spec.group_size, spec.bits), std::nullopt};
+  i += 3;
+  if (spec.bias) l.bias = mx::array::unsafe_weak_copy(in[i++]);
+  return l;
+}
+
+void linear(const Layer& l, const float* x, int M, float* out, Isa isa) {
+  qmm_f32(l.w, x, M, out, isa);
+  if (!l.bias) return;
+  std::vector<float> b(l.bias->size());
+  to_f32_rows(*l.bias, b.data());
+  for (int64_t m = 0; m < M; ++m)
+    for (int n = 0; n < l.w.N; ++n) out[m * l.w.N + n] += b[n];
+}
+
+// mx::fast::rms_norm: x * rsqrt(mean(x^2) + eps) * w, per row of D.
+void rms_norm(const float* x, const float* w, int M, int D, float eps, float* out) {
+  for (int64_t m = 0; m < M; ++m) {
+    const float* r = x + m * D;
+    float ss = 0;
+    for (int d = 0; d < D; ++d) ss += r[d] * r[d];
+    const float inv = 1.0f / std::sqrt(ss / D + eps);
+    for (int d = 0; d < D; ++d) out[m * D + d] = r[d] * inv * w[d];
+  }
+}
+
+std::vector<float> f32(const mx::array& a) {
+  std::vector<float> v(a.size());
+  to_f32_rows(a, v.data());
+  return v;
+}
+
+// cos and sin of theta for positions offset .. offset + L - 1, (L, dims / 2) each.
+struct RopeTable {
+  std::vector<float> cos, sin;
+  RopeTable(const RopeSpec& r, int offset, int L) : cos(static_cast<size_t>(L) * (r.dims / 2)) {
+    const int half = r.dims / 2;
+    sin.resize(cos.size());
+    for (int l = 0; l < L; ++l) {
+      const float p = static_cast<float>(offset + l) * r.scale;
+      for (int i = 0; i < half; ++i) {
+        const float theta = p * std::exp(-static_cast<float>(i) * std::log(r.base) / half);
+        cos[static_cast<size_t>(l) * half + i] = std::cos(theta);
+        sin[static_cast<size_t>(l) * half + i] = std::sin(theta);
+      }
+    }
+  }
+};
+
+// Rotates one head vector (its first dims features) at row l of the table.
+void rope(float* x, const RopeTable& t, int l, const RopeSpec& r) {
+  const int half = r.dims / 2;
+  for (int i = 0; i < half; ++i) {
+    const float c = t.cos[static_cast<size_t>(l) * half + i];
+    const float s = t.sin[static_cast<size_t>(l) * half + i];
+    float& a = r.traditional ? x[2 * i] : x[i];
+    float& b = r.traditional ? x[2 * i + 1] : x[i + half];
+    const float x1 = a, x2 = b;
+    a = x1 * c - x2 * s;
+    b = x1 * s + x2 * c;
+  }
+}
+
+class NormQkvRope : public mx::Primitive {
+ public:
+  NormQkvRope(mx::Stream s, QkvSpec spec, int offset, QLinear q, QLinear k, QLinear v, Isa isa)
+      : mx::Primitive(s), spec_(spec), offset_(offset), q_(q), k_(k), v_(v), isa_(isa) {}
+
+  void eval_cpu(const std::vector<mx::array>& in, std::vector<mx::array>& out) override {
+    for (auto& o : out) o.set_data(mx::allocator::malloc(o.nbytes()));
+    auto& enc = mx::cpu::get_command_encoder(stream());
+    size_t i = 2;
+    Layer q = take(in, i, q_), k = take(in, i, k_), v = take(in, i, v_);
+    std::vector<mx::array> ins, outs;
+    for (const auto& a : in) ins.push_back(mx::array::unsafe_weak_copy(a));
+    for (const auto& a : out) outs.push_back(mx::array::unsafe_weak_copy(a));
+    // The task may outlive this primitive: it captures values only.
+    enc.dispatch([spec = spec_, offset = offset_, isa = isa_, q = std::move(q), k = std::move(k),
+                  v = std::move(v), ins = std::move(ins), outs = std::move(outs)]() mutable {
+      const mx::array& x = ins[0];
+      const int B = x.shape(0), L = x.shape(1), D = x.shape(2), M = B * L;
+      const int hd = spec.head_dim;
+      std::vector<float> xf = f32(x), nw = f32(ins[1]), n(xf.size());
+      rms_norm(xf.data(), nw.data(), M, D, spec.norm_eps, n.data());
+      const RopeTable table(spec.rope, offset, L);
+      std::vector<float> head_norm[2];
+      if (spec.qk_norm_eps)
+        for (int t = 0; t < 2; ++t) head_norm[t] = f32(ins[ins.size() - 2 + t]);
+      const Layer* layers[3] = {&q, &k, &v};
+      const int heads[3] = {spec.n_heads, spec.n_kv_heads, spec.n_kv_heads};
+      for (int t = 0; t < 3; ++t) {
+        const int N = layers[t]->w.N, H = heads[t];
+        std::vector<float> y(static_cast<size_t>(M) * N), o(y.size());
+        linear(*layers[t], n.data(), M, y.data(), isa);
+        // (B, L, H, hd) -> (B, H, L, hd), rotating q and k.
+        for (int b = 0; b < B; ++b)
+          for (int l = 0; l < L; ++l)
+            for (int h = 0; h < H; ++h) {
+              float* dst = o.data() + ((static_cast<int64_t>(b) * H + h) * L + l) * hd;
+              const float* src = y.data() + (static_cast<int64_t>(b) * L + l) * N + h * hd;
+              std::copy(src, src + hd, dst);
+              if (t < 2 && spec.qk_norm_eps)
+                rms_norm(dst, head_norm[t].data(), 1, hd, *spec.qk_norm_eps, dst);
+              if (t < 2) rope(dst, table, l, spec.rope);
+            }
+        from_f32(o.data(), outs[t]);
+      }
+    });
+  }
+
+  void eval_gpu(const std::vector<mx::array>&, std::vector<mx::array>&) override {
+    fail("norm_qkv_rope", "the L3 CPU kernel has no GPU implementation");
+  }
+  const char* name() const override { return "LmxNormQkvRope"; }
+
+ private:
+  QkvSpec spec_;
+  int offset_;
+  QLinear q_, k_, v_;  // layouts only; the arrays are the inputs
+  Isa isa_;
+};
+
+class OutProjMlp : public mx::UnaryPrimitive {
+ public:
+  OutProjMlp(mx::Stream s, float eps, QLinear o, QLinear gate, QLinear up, QLinear down, Isa isa)
+      : mx::UnaryPrimitive(s), eps_(eps), o_(o), gate_(gate), up_(up), down_(down), isa_(isa) {}
+
+  void eval_cpu(const std::vector<mx::array>& in, mx::array& out) override {
+    out.set_data(mx::allocator::malloc(out.nbytes()));
+    auto& enc = mx::cpu::get_command_encoder(stream());
+    size_t i = 3;
+    Layer o = take(in, i, o_), g = take(in, i, gate_), u = take(in, i, up_), d = take(in, i, down_);
+    std::vector<mx::array> ins;
+    for (const auto& a : in) ins.push_back(mx::array::unsafe_weak_copy(a));
+    enc.dispatch([eps = eps_, isa = isa_, o = std::move(o), g = std::move(g), u = std::move(u),
+                  d = std::move(d), ins = std::move(ins),
+                  out = mx::array::unsafe_weak_copy(out)]() mutable {
+      const int D = ins[0].shape(-1);
+      const int M = static_cast<int>(ins[0].size() / D);
+      const int I = g.w.N;
+      std::vector<float> h = f32(ins[0]), attn = f32(ins[1]), nw = f32(ins[2]);
+      std::vector<float> y(static_cast<size_t>(M) * D), n(y.size());
+      linear(o, attn.data(), M, y.data(), isa);
+      for (size_t j = 0; j < h.size(); ++j) h[j] += y[j];
+      rms_norm(h.data(), nw.data(), M, D, eps, n.data());
+      std::vector<float> gv(static_cast<size_t>(M) * I), uv(gv.size());
+      linear(g, n.data(), M, gv.data(), isa);
+      linear(u, n.data(), M, uv.data(), isa);
+      for (size_t j = 0; j < gv.size(); ++j) gv[j] = gv[j] / (1.0f + std::exp(-gv[j])) * uv[j];
+      linear(d, gv.data(), M, y.data(), isa);
+      for (size_t j = 0; j < h.size(); ++j) h[j] += y[j];
+      from_f32(h.data(), out);
+    });
+  }
+
+  void eval_gpu(const std::vector<mx::array>&, mx::array&) override {
+    fail("out_proj_mlp", "the L3 CPU kernel has no GPU implementation");
+  }
+  const char* name() const override { return "LmxOutProjMlp"; }
+
+ private:
+  float eps_;
+  QLinear o_, gate_, up_, down_;
+  Isa isa_;
+};
+
+// Rows [0, S) of head (b, h) of x (B, H, S, D), unit stride on D, as float32 (S, D).
+template <typename T>
+void head_rows(const mx::array& x, int b, int h, int S, float* out) {
+  const T* p = x.data<T>() + b * x.strides()[0] + h * x.strides()[1];
+  const int64_t rs = x.strides()[2];
+  const int D = x.shape(3);
+  for (int64_t s = 0; s < S; ++s)
+    for (int d = 0; d < D; ++d) out[s * D + d] = static_cast<float>(p[s * rs + d]);
+}
+
+void head_rows_f32(const mx::array& x, int b, int h, int S, float* out) {
+  if (x.dtype() == mx::float32)
+    head_rows<float>(x, b, h, S, out);
+  else if (x.dtype() == mx::bfloat16)
+    head_rows<mx::bfloat16_t>(x, b, h, S, out);
+  else
+    head_rows<mx::float16_t>(x, b, h, S, out);
+}
+
+class CausalAttention : public mx::UnaryPrimitive {
+ public:
+  CausalAttention(mx::Stream s, float scale, Isa isa)
+      : mx::UnaryPrimitive(s), scale_(scale), isa_(isa) {}
+
+  void eval_cpu(const std::vector<mx::array>& in, mx::array& out) override {
+    for (const auto& a : in)
+      check(a.strides()[3] == 1, "causal_attention", "q, k and v need a unit stride on D");
+    out.set_data(mx::allocator::malloc(out.nbytes()));
+    auto& enc = mx::cpu::get_command_encoder(stream());
+    enc.dispatch([scale = scale_, isa = isa_, q = mx::array::unsafe_weak_copy(in[0]),
+                  k = mx::array::unsafe_weak_copy(in[1]), v = mx::array::unsafe_weak_copy(in[2]),
+                  out = mx::array::unsafe_weak_copy(out)]() mutable {
+      const int B = q.shape(0), Hq = q.shape(1), L = q.shape(2), D = q.shape(3);
+      const int Hkv = k.shape(1), S = k.shape(2), group = Hq / Hkv;
+      AttnRowFn row = kernels_for(isa).attn_row;
+      std::vector<float> qf(q.size()), o(static_cast<size_t>(B) * L * Hq * D);
+      std::vector<float> kf(static_cast<size_t>(S) * D), vf(kf.size());
+      for (int b = 0; b < B; ++b)
+        for (int h = 0; h < Hq; ++h)
+          head_rows_f32(q, b, h, L, qf.data() + ((b * Hq + h) * L) * static_cast<int64_t>(D));
+      constexpr int kRowsPerTask = 8;
+      const int chunks = (L + kRowsPerTask - 1) / kRowsPerTask;
+      for (int b = 0; b < B; ++b)
+        for (int kh = 0; kh < Hkv; ++kh) {
+          head_rows_f32(k, b, kh, S, kf.data());
+          head_rows_f32(v, b, kh, S, vf.data());
+          // A decode step's attention is a few microseconds of work: no pool for it.
+          const bool small = static_cast<int64_t>(L) * S * group * D < (1 << 18);
+          auto task = [&](int t) {
+            const int h = kh * group + t / chunks, l0 = (t % chunks) * kRowsPerTask;
+            thread_local std::vector<float> scores;
+            if (scores.size() < static_cast<size_t>(S)) scores.resize(S);
+            for (int l = l0; l < std::min(L, l0 + kRowsPerTask); ++l) {
+              const float* qr = qf.data() + ((static_cast<int64_t>(b) * Hq + h) * L + l) * D;
+              float* orow = o.data() + ((static_cast<int64_t>(b) * L + l) * Hq + h) * D;
+              row(qr, kf.data(), vf.data(), S - L + l + 1, D, scale, scores.data(), orow);
+            }
+          };
+          if (small) {
+            for (int t = 0; t < group * chunks; ++t) task(t);
+          } else {
+            parallel_for(group * chunks, task);
+          }
+        }
+      from_f32(o.data(), out);
+    });
+  }
+
+  void eval_gpu(const std::vector<mx::array>&, mx::array&) override {
+    fail("causal_attention", "the L3 CPU kernel has no GPU implementation");
+  }
+  const char* name() const override { return "LmxCausalAttention"; }
+
+ private:
+  float scale_;
+  Isa isa_;
+};
+
+void check_linear(const QLinear& l, int in, const char* where) {
+  check(supports(l.bits, l.group_size, "affine", l.scales.dtype()) && l.w.ndim() == 2 &&
+            l.w.shape(1) * 32 / l.bits == in,
+        where, "a projection takes ", l.w.shape(1) * 32 / l.bits, " inputs, expected ", in);
+}
+
+}  // namespace
+
+std::vector<mx::array> norm_qkv_rope(const mx::array& x, const mx::array& norm_weight,
+                                     const QLinear& q, const QLinear& k, const QLinear& v,
+                                     const QkvSpec& spec, int offset,
+                                     const std::optional<QkNorm>& qk_norm) {
+  const char* where = "norm_qkv_rope";
+  check(spec.qk_norm_eps.has_value() == qk_norm.has_value(), where,
+        "q/k head norms need both the weights and qk_norm_eps");
+  check(x.ndim() == 3, where, "expected x (B, L, D), got ", x.ndim(), " dims");
+  const int B = x.shape(0), L = x.shape(1), D = x.shape(2), hd = spec.head_dim;
+  for (const QLinear* l : {&q, &k, &v}) check_linear(*l, D, where);
+  check(q.w.shape(0) == spec.n_heads * hd && k.w.shape(0) == spec.n_kv_heads * hd &&
+            v.w.shape(0) == spec.n_kv_heads * hd && spec.rope.dims <= hd,
+        where, "projection sizes do not match ", spec.n_heads, " / ", spec.n_kv_heads, " heads of ",
+        hd);
+  std::vector<mx::array> in = {x, norm_weight};
+  for (const QLinear* l : {&q, &k, &v}) push(in, *l);
+  if (qk_norm) in.insert(in.end(), {qk_norm->q, qk_norm->k});
+  const Isa isa = active_isa();
+  auto prim = std::make_shared<NormQkvRope>(mx::default_stream(mx::Device::cpu), spec, offset, q, k,
+                                            v, isa);
+  return mx::array::make_arrays(
+      {{B, spec.n_heads, L, hd}, {B, spec.n_kv_heads, L, hd}, {B, spec.n_kv_heads, L, hd}},
+      {x.dtype(), x.dtype(), x.dtype()}, prim, in);
+}
+
+mx::array causal_attention(const mx::array& q, const mx::array& k, const mx::array& v,
+                           float scale) {
+  const char* where = "causal_attention";
+  check(q.ndim() == 4 && k.ndim() == 4 && v.shape() == k.shape() && q.shape(0) == k.shape(0) &&
+            q.shape(3) == k.shape(3) && k.shape(1) > 0 && q.shape(1) % k.shape(1) == 0 &&
+            k.shape(2) >= q.shape(2),
+        where, "expected q (B, Hq, L, D) and k, v (B, Hkv, S >= L, D) with Hq a multiple of Hkv");
+  auto prim =
+      std::make_shared<CausalAttention>(mx::default_stream(mx::Device::cpu), scale, active_isa());
+  return mx::array({q.shape(0), q.shape(2), q.shape(1) * q.shape(3)}, q.dtype(), prim, {q, k, v});
+}
+
+mx::array out_proj_mlp(const mx::array& h, const mx::array& attn, const QLinear& o,
+                       const mx::array& norm_weight, float norm_eps, const QLinear& gate,
+                       const QLinear& up, const QLinear& down) {
+  const char* where = "out_proj_mlp";
+  const int D = h.shape(-1);
+  check_linear(o, attn.shape(-1), where);
+  check_linear(gate, D, where);
+  check_linear(up, D, where);
+  check_linear(down, gate.w.shape(0), where);
+  check(o.w.shape(0) == D && down.w.shape(0) == D && up.w.shape(0) == gate.w.shape(0) && !o.bias &&
+            !gate.bias && !up.bias && !down.bias,
+        where, "expected bias-free projections back to ", D, " features");
+  std::vector<mx::array> in = {h, attn, norm_weight};
+  for (const QLinear* l : {&o, &gate, &up, &down}) push(in, *l);
+  auto prim = std::make_shared<OutProjMlp>(mx::default_stream(mx::Device::cpu), norm_eps, o, gate,
+                                           up, down, active_isa());
+  return mx::array(h.shape(), h.dtype(), prim, in);
+}
+
+}  // namespace lmx::kernels::cpu

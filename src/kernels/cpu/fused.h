@@ -1,0 +1,62 @@
+// Fused pieces of a dense decoder layer on the CPU kernels (tier L3), so that a layer costs a
+// few MLX dispatches instead of ~27: norm + Q/K/V + RoPE in one primitive, output projection +
+// residual + norm + SwiGLU MLP + residual in another. All arithmetic in float32.
+#pragma once
+
+#include <mlx/mlx.h>
+
+#include <optional>
+#include <vector>
+
+#include "kernels/cpu/qmm.h"
+
+namespace lmx::kernels::cpu {
+
+// One affine-quantized linear layer the kernels support (qmm.h supports()).
+struct QLinear {
+  mx::array w, scales, biases;
+  int group_size = 64, bits = 4;
+  std::optional<mx::array> bias;  // the additive layer bias, (N,)
+};
+
+// mx::fast::rope with a base (no frequency table): theta_i = (offset + l) * scale * base^(-i /
+// (dims / 2)); the first `dims` features of each head rotate, as halves or as pairs.
+struct RopeSpec {
+  int dims = 0;
+  bool traditional = false;
+  float base = 10000.0f;
+  float scale = 1.0f;
+};
+
+struct QkvSpec {
+  int n_heads = 0, n_kv_heads = 0, head_dim = 0;
+  float norm_eps = 1e-5f;
+  RopeSpec rope;
+  std::optional<float> qk_norm_eps;  // qwen3: rms_norm of each q / k head before RoPE
+};
+
+// qwen3's per-head norms, (head_dim,) each; used when QkvSpec::qk_norm_eps is set.
+struct QkNorm {
+  mx::array q, k;
+};
+
+// x (B, L, D) -> {q (B, n_heads, L, head_dim), k and v (B, n_kv_heads, L, head_dim)}, in x's
+// dtype: rms_norm(x) * norm_weight, the three projections, the q / k head norms if any, RoPE
+// at `offset` on q and k.
+std::vector<mx::array> norm_qkv_rope(const mx::array& x, const mx::array& norm_weight,
+                                     const QLinear& q, const QLinear& k, const QLinear& v,
+                                     const QkvSpec& spec, int offset,
+                                     const std::optional<QkNorm>& qk_norm = std::nullopt);
+
+// h (B, L, D), attn (B, L, n_heads * head_dim) -> h1 + down(silu(gate(n)) * up(n)) with
+// h1 = h + o(attn) and n = rms_norm(h1) * norm_weight, in h's dtype.
+mx::array out_proj_mlp(const mx::array& h, const mx::array& attn, const QLinear& o,
+                       const mx::array& norm_weight, float norm_eps, const QLinear& gate,
+                       const QLinear& up, const QLinear& down);
+
+// Causal attention, bottom-right aligned (query l of L sees keys 0 .. S - L + l), of q (B, Hq, L,
+// D) against k, v (B, Hkv, S, D) with a unit-stride last axis (a KV cache's view); Hq / Hkv
+// query heads share each KV head. Returns (B, L, Hq * D), the heads merged, in q's dtype.
+mx::array causal_attention(const mx::array& q, const mx::array& k, const mx::array& v, float scale);
+
+}  // namespace lmx::kernels::cpu

@@ -1,0 +1,292 @@
+#include "kernels/cpu/qmm.h"
+
+#include <mlx/backend/cpu/encoder.h>
+#include <mlx/primitives.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "core/error.h"
+#include "kernels/cpu/qmm_args.h"
+#include "kernels/cpu/thread_pool.h"
+
+namespace lmx::kernels::cpu {
+
+std::string isa_name(Isa isa) {
+  switch (isa) {
+    case Isa::avx512:
+      return "avx512";
+    case Isa::avx2:
+      return "avx2";
+    case Isa::generic:
+      return "generic";
+  }
+  return "?";
+}
+
+bool isa_available(Isa isa) {
+#if defined(__x86_64__)
+  switch (isa) {
+    case Isa::avx512:
+      return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+             __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+    case Isa::avx2:
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    case Isa::generic:
+      return true;
+  }
+  return false;
+#else
+  return isa == Isa::generic;
+#endif
+}
+
+namespace {
+
+Isa detect_isa() {
+  if (const char* env = std::getenv("LMX_CPU_ISA"); env && *env) {
+    for (Isa isa : {Isa::avx512, Isa::avx2, Isa::generic}) {
+      if (isa_name(isa) == env) {
+        check(isa_available(isa), "LMX_CPU_ISA", "this CPU does not support ", env);
+        return isa;
+      }
+    }
+    fail("LMX_CPU_ISA", "expected avx512, avx2 or generic, got '", env, "'");
+  }
+  for (Isa isa : {Isa::avx512, Isa::avx2})
+    if (isa_available(isa)) return isa;
+  return Isa::generic;
+}
+
+}  // namespace
+
+IsaKernels kernels_for(Isa isa) {
+  check(isa_available(isa), "quantized_matmul", "this CPU does not support ", isa_name(isa));
+  IsaKernels k = isa == Isa::avx512 ? kernels_avx512()
+                 : isa == Isa::avx2 ? kernels_avx2()
+                                    : kernels_generic();
+  check(k.qmm_rows != nullptr, "quantized_matmul", "this build has no ", isa_name(isa), " kernel");
+  return k;
+}
+
+namespace {
+
+ScaleType scale_type(mx::Dtype t) {
+  if (t == mx::float32) return ScaleType::f32;
+  if (t == mx::bfloat16) return ScaleType::bf16;
+  return ScaleType::f16;
+}
+
+template <typename T>
+void rows_to_f32(const mx::array& x, int M, int K, float* out) {
+  const T* base = x.data<T>();
+  const auto& shape = x.shape();
+  const auto& strides = x.strides();
+  const bool contiguous = x.flags().row_contiguous;
+  for (int m = 0; m < M; ++m) {
+    if (contiguous) {
+      const T* row = base + static_cast<int64_t>(m) * K;
+      for (int k = 0; k < K; ++k) out[static_cast<int64_t>(m) * K + k] = static_cast<float>(row[k]);
+      continue;
+    }
+    // Offset of row m: unravel m over the leading axes.
+    int64_t off = 0, r = m;
+    for (int d = static_cast<int>(shape.size()) - 2; d >= 0; --d) {
+      off += (r % shape[d]) * strides[d];
+      r /= shape[d];
+    }
+    for (int k = 0; k < K; ++k)
+      out[static_cast<int64_t>(m) * K + k] = static_cast<float>(base[off + k * strides.back()]);
+  }
+}
+
+class LmxQuantizedMatmul : public mx::UnaryPrimitive {
+ public:
+  LmxQuantizedMatmul(mx::Stream s, int group_size, int bits, Isa isa)
+      : mx::UnaryPrimitive(s), group_size_(group_size), bits_(bits), isa_(isa) {}
+
+  void eval_cpu(const std::vector<mx::array>& inputs, mx::array& out) override {
+    const mx::array& x = inputs[0];
+    const mx::array& w = inputs[1];
+    const mx::array& scales = inputs[2];
+    const mx::array& biases = inputs[3];
+    for (const mx::array* a : {&w, &scales, &biases})
+      check(a->flags().row_contiguous, "quantized_matmul",
+            "the weight, scales and biases must be row-contiguous");
+    out.set_data(mx::allocator::malloc(out.nbytes()));
+    const int K = x.shape(-1);
+    const int M = static_cast<int>(x.size() / K);
+    auto& enc = mx::cpu::get_command_encoder(stream());
+    for (const mx::array* a : {&x, &w, &scales, &biases}) enc.set_input_array(*a);
+    enc.set_output_array(out);
+    const QWeight qw = qweight(w, scales, biases, group_size_, bits_);
+    enc.dispatch([qw, M, K, isa = isa_, x = mx::array::unsafe_weak_copy(x),
+                  out = mx::array::unsafe_weak_copy(out)]() mutable {
+      std::vector<float> xf(static_cast<size_t>(M) * K);
+      to_f32_rows(x, xf.data());
+      if (out.dtype() == mx::float32) {
+        qmm_f32(qw, xf.data(), M, out.data<float>(), isa);
+      } else {
+        std::vector<float> of(static_cast<size_t>(M) * qw.N);
+        qmm_f32(qw, xf.data(), M, of.data(), isa);
+        from_f32(of.data(), out);
+      }
+    });
+  }
+
+  void eval_gpu(const std::vector<mx::array>&, mx::array&) override {
+    fail("quantized_matmul", "the L3 CPU kernel has no GPU implementation");
+  }
+
+  const char* name() const override { return "LmxQuantizedMatmul"; }
+
+  bool is_equivalent(const mx::Primitive& other) const override {
+    const auto& o = static_cast<const LmxQuantizedMatmul&>(other);
+    return group_size_ == o.group_size_ && bits_ == o.bits_ && isa_ == o.isa_;
+  }
+
+  std::vector<mx::Shape> output_shapes(const std::vector<mx::array>& inputs) override {
+    mx::Shape s = inputs[0].shape();
+    s.back() = inputs[1].shape(0);
+    return {s};
+  }
+
+ private:
+  int group_size_, bits_;
+  Isa isa_;
+};
+
+}  // namespace
+
+Isa active_isa() {
+  static const Isa isa = detect_isa();
+  return isa;
+}
+
+QWeight qweight(const mx::array& w, const mx::array& scales, const mx::array& biases,
+                int group_size, int bits) {
+  for (const mx::array* a : {&w, &scales, &biases})
+    check(a->flags().row_contiguous, "quantized_matmul",
+          "the weight, scales and biases must be row-contiguous");
+  return {w.data<unsigned char>(),
+          scales.data<void>(),
+          biases.data<void>(),
+          scale_type(scales.dtype()),
+          w.shape(0),
+          w.shape(1) * 32 / bits,
+          group_size,
+          bits};
+}
+
+void qmm_f32(const QWeight& w, const float* x, int M, float* out, Isa isa) {
+  QmmRowsFn kernel = kernels_for(isa).qmm_rows;
+  QmmArgs a;
+  a.w = w.w;
+  a.scales = w.scales;
+  a.biases = w.biases;
+  a.scale_type = w.scale_type;
+  a.out = out;
+  a.M = M;
+  a.N = w.N;
+  a.K = w.K;
+  a.group_size = w.group_size;
+  a.bits = w.bits;
+  a.x = x;
+  std::vector<float> perm;
+  if (w.bits == 4) {
+    // Per block of 32: even elements first, then odd ones (QmmArgs::x).
+    perm.resize(static_cast<size_t>(M) * w.K);
+    for (int64_t r = 0; r < M; ++r)
+      for (int b = 0; b < w.K; b += 32)
+        for (int j = 0; j < 16; ++j) {
+          perm[r * w.K + b + j] = x[r * w.K + b + 2 * j];
+          perm[r * w.K + b + 16 + j] = x[r * w.K + b + 2 * j + 1];
+        }
+    a.x = perm.data();
+  }
+  // Tasks of 16 weight rows (64 for decode-sized calls on wide layers: longer sequential weight
+  // streams per thread) balance the pool; each row is computed by one thread in a fixed order,
+  // so the result does not depend on the thread count or the task size.
+  const int rows_per_task = M <= 4 && a.N >= 1024 ? 64 : 16;
+  const int tasks = (a.N + rows_per_task - 1) / rows_per_task;
+  parallel_for(tasks, [&](int t) {
+    thread_local std::vector<float> wbuf;
+    if (wbuf.size() < 4u * a.K) wbuf.resize(4u * a.K);
+    const int n0 = t * rows_per_task;
+    kernel(a, n0, std::min(a.N, n0 + rows_per_task), wbuf.data());
+  });
+}
+
+void to_f32_rows(const mx::array& x, float* out) {
+  const int K = x.shape(-1);
+  const int M = static_cast<int>(x.size() / K);
+  if (x.dtype() == mx::float32)
+    rows_to_f32<float>(x, M, K, out);
+  else if (x.dtype() == mx::bfloat16)
+    rows_to_f32<mx::bfloat16_t>(x, M, K, out);
+  else
+    rows_to_f32<mx::float16_t>(x, M, K, out);
+}
+
+void from_f32(const float* src, mx::array& out) {
+  const size_t n = out.size();
+  if (out.dtype() == mx::float32) {
+    std::memcpy(out.data<float>(), src, n * sizeof(float));
+  } else if (out.dtype() == mx::bfloat16) {
+    auto* o = out.data<mx::bfloat16_t>();
+    for (size_t i = 0; i < n; ++i) o[i] = static_cast<mx::bfloat16_t>(src[i]);
+  } else {
+    auto* o = out.data<mx::float16_t>();
+    for (size_t i = 0; i < n; ++i) o[i] = static_cast<mx::float16_t>(src[i]);
+  }
+}
+
+bool supports(int bits, int group_size, const std::string& mode, mx::Dtype scale_dtype) {
+  const bool b = bits == 2 || bits == 3 || bits == 4 || bits == 5 || bits == 6 || bits == 8;
+  const bool g = group_size == 32 || group_size == 64 || group_size == 128;
+  const bool s =
+      scale_dtype == mx::float32 || scale_dtype == mx::bfloat16 || scale_dtype == mx::float16;
+  return b && g && s && mode == "affine";
+}
+
+mx::array quantized_matmul(const mx::array& x, const mx::array& w, const mx::array& scales,
+                           const mx::array& biases, const QmmOptions& opt) {
+  const char* where = "quantized_matmul";
+  check(supports(opt.bits, opt.group_size, "affine", scales.dtype()), where,
+        "unsupported layout, expected bits 2/3/4/5/6/8, group size 32/64/128 and float scales, "
+        "got bits=",
+        opt.bits, " group_size=", opt.group_size, " scales ", scales.dtype());
+  check(x.ndim() >= 1 && w.ndim() == 2 && w.dtype() == mx::uint32, where,
+        "expected x (..., K) and a 2-D uint32 weight, got x of ", x.ndim(), " dims, weight of ",
+        w.ndim(), " dims");
+  check(x.dtype() == mx::float32 || x.dtype() == mx::bfloat16 || x.dtype() == mx::float16, where,
+        "x must be float32, bfloat16 or float16, got ", x.dtype());
+  const int K = x.shape(-1);
+  const int N = w.shape(0);
+  check(w.shape(1) * 32 == K * opt.bits, where, "x has K=", K, ", expected ",
+        w.shape(1) * 32 / opt.bits, " for the packed weight of ", w.shape(1), " words");
+  const mx::Shape gshape{N, K / opt.group_size};
+  check(K % opt.group_size == 0 && scales.shape() == gshape && biases.shape() == gshape &&
+            biases.dtype() == scales.dtype(),
+        where, "scales and biases must both be (", N, ", ", K / opt.group_size, ") of one dtype");
+  mx::Shape out_shape = x.shape();
+  out_shape.back() = N;
+  const Isa isa = opt.isa.value_or(active_isa());
+  kernels_for(isa);  // a forced ISA the CPU lacks fails here, not inside eval
+  // MLX's quantized_matmul: the result type of x and the scales.
+  return mx::array(out_shape, opt.out_dtype.value_or(mx::promote_types(x.dtype(), scales.dtype())),
+                   std::make_shared<LmxQuantizedMatmul>(mx::default_stream(mx::Device::cpu),
+                                                        opt.group_size, opt.bits, isa),
+                   {x, w, scales, biases});
+}
+
+mx::array quantized_matmul_reference(const mx::array& x, const mx::array& w,
+                                     const mx::array& scales, const mx::array& biases,
+                                     int group_size, int bits) {
+  mx::array wf = mx::dequantize(w, mx::astype(scales, mx::float32), mx::astype(biases, mx::float32),
+                                group_size, bits);
+  return mx::matmul(mx::astype(x, mx::float32), mx::transpose(wf));
+}
+
+}  // namespace lmx::kernels::cpu

@@ -1,0 +1,252 @@
+// The quantized-matmul inner kernel, written once with GCC vector extensions and compiled once
+// per ISA (qmm_generic.cpp, qmm_avx2.cpp, qmm_avx512.cpp) under that ISA's flags, with the ISA's
+// native vector (xmm, ymm, zmm). Everything here lives in the including file's namespace
+// LMX_QMM_NS and includes no library headers (immintrin.h's functions are static), so no inline
+// function compiled for a wider ISA can be picked by the linker for code on a narrower CPU.
+//
+// Per output row n (a weight row) and group g: w = scale[n, g] * q + bias[n, g] (MLX's affine
+// dequantization), out[m, n] = sum_k w[k] * x[m, k], accumulated in float32.
+#pragma once
+
+// The vector helpers are internal to one file; their ABI does not matter.
+#pragma GCC diagnostic ignored "-Wpsabi"
+// GCC 12 reports its own _mm512_undefined_* placeholders in avx512fintrin.h as uninitialized.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+#include "kernels/cpu/qmm_args.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+#ifndef LMX_QMM_NS
+#error "define LMX_QMM_NS before including qmm_kernel.h"
+#endif
+
+namespace lmx::kernels::cpu::LMX_QMM_NS {
+
+// One native vector per ISA: GCC lowers wider vector types through the stack.
+#if defined(__AVX512F__)
+constexpr int kLanes = 16;
+#elif defined(__AVX2__)
+constexpr int kLanes = 8;
+#else
+constexpr int kLanes = 4;
+#endif
+typedef float vf __attribute__((vector_size(kLanes * 4)));
+typedef unsigned char vu8x16 __attribute__((vector_size(16)));
+
+constexpr int kRowBlock = 4;  // weight rows dequantized together, each reused across x rows
+
+inline float half_to_float(unsigned short h) {
+  const unsigned sign = (h & 0x8000u) << 16;
+  unsigned exp = (h >> 10) & 0x1f, mant = h & 0x3ffu, bits;
+  if (exp == 0) {
+    if (mant == 0) {
+      bits = sign;
+    } else {  // subnormal: normalize
+      exp = 127 - 15 + 1;
+      while (!(mant & 0x400u)) {
+        mant <<= 1;
+        --exp;
+      }
+      bits = sign | (exp << 23) | ((mant & 0x3ffu) << 13);
+    }
+  } else if (exp == 31) {
+    bits = sign | 0x7f800000u | (mant << 13);
+  } else {
+    bits = sign | ((exp + 127 - 15) << 23) | (mant << 13);
+  }
+  float f;
+  __builtin_memcpy(&f, &bits, 4);
+  return f;
+}
+
+inline float scale_at(const void* p, ScaleType t, long i) {
+  switch (t) {
+    case ScaleType::f32:
+      return static_cast<const float*>(p)[i];
+    case ScaleType::bf16: {
+      const unsigned bits = static_cast<unsigned>(static_cast<const unsigned short*>(p)[i]) << 16;
+      float f;
+      __builtin_memcpy(&f, &bits, 4);
+      return f;
+    }
+    case ScaleType::f16:
+      return half_to_float(static_cast<const unsigned short*>(p)[i]);
+  }
+  return 0;
+}
+
+inline vf load(const float* p) {
+  vf v;
+  __builtin_memcpy(&v, p, sizeof(vf));
+  return v;
+}
+
+inline vu8x16 load_u8x16(const unsigned char* p) {
+  vu8x16 v;
+  __builtin_memcpy(&v, p, 16);
+  return v;
+}
+
+// 16 bytes q to 16 floats s * q + b at out. GCC scalarizes __builtin_convertvector(u8 -> float),
+// so the widening is spelled out per ISA.
+inline void dequant16(vu8x16 b, vf s, vf bias, float* out) {
+  vf f[16 / kLanes];
+#if defined(__AVX512F__)
+  f[0] =
+      reinterpret_cast<vf>(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(reinterpret_cast<__m128i>(b))));
+#elif defined(__AVX2__)
+  const __m128i v = reinterpret_cast<__m128i>(b);
+  f[0] = reinterpret_cast<vf>(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(v)));
+  f[1] = reinterpret_cast<vf>(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(v, 8))));
+#elif defined(__SSE2__)
+  const __m128i v = reinterpret_cast<__m128i>(b), z = _mm_setzero_si128();
+  const __m128i w0 = _mm_unpacklo_epi8(v, z), w1 = _mm_unpackhi_epi8(v, z);
+  f[0] = reinterpret_cast<vf>(_mm_cvtepi32_ps(_mm_unpacklo_epi16(w0, z)));
+  f[1] = reinterpret_cast<vf>(_mm_cvtepi32_ps(_mm_unpackhi_epi16(w0, z)));
+  f[2] = reinterpret_cast<vf>(_mm_cvtepi32_ps(_mm_unpacklo_epi16(w1, z)));
+  f[3] = reinterpret_cast<vf>(_mm_cvtepi32_ps(_mm_unpackhi_epi16(w1, z)));
+#else
+  for (int i = 0; i < 16; ++i) f[i / kLanes][i % kLanes] = static_cast<float>(b[i]);
+#endif
+  for (int i = 0; i < 16 / kLanes; ++i) {
+    const vf r = f[i] * s + bias;
+    __builtin_memcpy(out + i * kLanes, &r, sizeof(vf));
+  }
+}
+
+// One weight row, dequantized to float32 in the kernel's element order (see QmmArgs::x): 4-bit
+// blocks of 32 come out as the 16 low nibbles then the 16 high nibbles; other widths in order.
+inline void dequant_row(const QmmArgs& a, int n, float* out) {
+  const long row_bytes = static_cast<long>(a.K) * a.bits / 8;
+  const unsigned char* p = a.w + n * row_bytes;
+  const int groups = a.K / a.group_size;
+  for (int g = 0; g < groups; ++g) {
+    const float s = scale_at(a.scales, a.scale_type, static_cast<long>(n) * groups + g);
+    const float b = scale_at(a.biases, a.scale_type, static_cast<long>(n) * groups + g);
+    const vf vs = vf{} + s, vb = vf{} + b;
+    const int k0 = g * a.group_size;
+    float* o = out + k0;
+    if (a.bits == 4) {
+      const unsigned char* q = p + k0 / 2;
+      for (int j = 0; j < a.group_size; j += 32, q += 16, o += 32) {
+        const vu8x16 v = load_u8x16(q);
+        dequant16(v & 15, vs, vb, o);
+        dequant16(v >> 4, vs, vb, o + 16);
+      }
+    } else if (a.bits == 8) {
+      const unsigned char* q = p + k0;
+      for (int j = 0; j < a.group_size; j += 16) dequant16(load_u8x16(q + j), vs, vb, o + j);
+    } else {
+      // Any width: element k occupies bits [k * bits, (k + 1) * bits) of the row, LSB first.
+      const unsigned mask = (1u << a.bits) - 1;
+      for (int j = 0; j < a.group_size; ++j) {
+        const long bit = static_cast<long>(k0 + j) * a.bits;
+        const long byte = bit >> 3;
+        unsigned v = p[byte];
+        if (byte + 1 < row_bytes) v |= static_cast<unsigned>(p[byte + 1]) << 8;
+        o[j] = static_cast<float>((v >> (bit & 7)) & mask) * s + b;
+      }
+    }
+  }
+}
+
+inline float hsum(vf v) {
+  float s = 0;
+  for (int i = 0; i < kLanes; ++i) s += v[i];
+  return s;
+}
+
+// x rows processed together: kRowBlock * kXBlock independent accumulators hide the FMA latency
+// (AVX2 has 16 vector registers, AVX-512 32).
+constexpr int kXBlock = kLanes == 16 ? 4 : 2;
+
+// out[m .. m + MB, nb .. nb + rows) from kRowBlock dequantized weight rows w.
+template <int MB>
+inline void dot_block(const QmmArgs& a, const float* const* w, int m, int nb, int rows) {
+  vf c[MB][kRowBlock] = {};
+  const float* x[MB];
+  for (int i = 0; i < MB; ++i) x[i] = a.x + static_cast<long>(m + i) * a.K;
+  for (int k = 0; k < a.K; k += kLanes) {
+    vf wv[kRowBlock];
+    for (int r = 0; r < kRowBlock; ++r) wv[r] = load(w[r] + k);
+    for (int i = 0; i < MB; ++i) {
+      const vf xv = load(x[i] + k);
+      for (int r = 0; r < kRowBlock; ++r) c[i][r] += wv[r] * xv;
+    }
+  }
+  for (int i = 0; i < MB; ++i) {
+    float* o = a.out + static_cast<long>(m + i) * a.N + nb;
+    for (int r = 0; r < rows; ++r) o[r] = hsum(c[i][r]);
+  }
+}
+
+// out[m, n] for rows n in [n0, n1) and every m; x is (M, K) float32 in the kernel's order, out
+// (M, N) float32. wbuf holds kRowBlock * K floats.
+inline void qmm_rows(const QmmArgs& a, int n0, int n1, float* wbuf) {
+  for (int nb = n0; nb < n1; nb += kRowBlock) {
+    const int rows = n1 - nb < kRowBlock ? n1 - nb : kRowBlock;
+    // Decode streams each weight byte once: ask for the next block while this one computes (a
+    // task's rows span few 4 KiB pages, where the hardware prefetcher stops).
+    if (nb + kRowBlock < a.N) {
+      const long row_bytes = static_cast<long>(a.K) * a.bits / 8;
+      const unsigned char* next = a.w + (nb + kRowBlock) * row_bytes;
+      for (long off = 0; off < kRowBlock * row_bytes; off += 64) __builtin_prefetch(next + off);
+    }
+    for (int r = 0; r < rows; ++r) dequant_row(a, nb + r, wbuf + static_cast<long>(r) * a.K);
+    for (int r = rows; r < kRowBlock; ++r) {
+      // A short block computes on copies of its first row; the results are not stored.
+      for (int k = 0; k < a.K; ++k) wbuf[static_cast<long>(r) * a.K + k] = wbuf[k];
+    }
+    const float* w[kRowBlock] = {wbuf, wbuf + a.K, wbuf + 2L * a.K, wbuf + 3L * a.K};
+    int m = 0;
+    for (; m + kXBlock <= a.M; m += kXBlock) dot_block<kXBlock>(a, w, m, nb, rows);
+    for (; m < a.M; ++m) dot_block<1>(a, w, m, nb, rows);
+  }
+}
+
+inline float dot(const float* a, const float* b, int n) {
+  vf c0{}, c1{};
+  int k = 0;
+  for (; k + 2 * kLanes <= n; k += 2 * kLanes) {
+    c0 += load(a + k) * load(b + k);
+    c1 += load(a + k + kLanes) * load(b + k + kLanes);
+  }
+  for (; k + kLanes <= n; k += kLanes) c0 += load(a + k) * load(b + k);
+  float s = hsum(c0 + c1);
+  for (; k < n; ++k) s += a[k] * b[k];
+  return s;
+}
+
+// out (D) = softmax(scale * K q) V over the first S rows of K and V (row stride D); scores
+// holds S floats of scratch.
+inline void attn_row(const float* q, const float* K, const float* V, int S, int D, float scale,
+                     float* scores, float* out) {
+  float mx = -__builtin_inff();
+  for (int s = 0; s < S; ++s) {
+    scores[s] = dot(q, K + static_cast<long>(s) * D, D) * scale;
+    mx = scores[s] > mx ? scores[s] : mx;
+  }
+  float sum = 0;
+  for (int s = 0; s < S; ++s) {
+    scores[s] = __builtin_expf(scores[s] - mx);
+    sum += scores[s];
+  }
+  for (int d = 0; d < D; ++d) out[d] = 0;
+  for (int s = 0; s < S; ++s) {
+    const float p = scores[s];
+    const float* v = V + static_cast<long>(s) * D;
+    int d = 0;
+    for (; d + kLanes <= D; d += kLanes) {
+      const vf r = load(out + d) + (vf{} + p) * load(v + d);
+      __builtin_memcpy(out + d, &r, sizeof(vf));
+    }
+    for (; d < D; ++d) out[d] += p * v[d];
+  }
+  const float inv = 1.0f / sum;
+  for (int d = 0; d < D; ++d) out[d] *= inv;
+}
+
+}  // namespace lmx::kernels::cpu::LMX_QMM_NS

@@ -1,0 +1,58 @@
+// Tier L3 of the dense decoder layer: rms_norm + Q/K/V + RoPE and o_proj + residual + rms_norm +
+// SwiGLU MLP + residual each run as one CPU primitive (kernels/cpu/fused.h), and the attention
+// over a plain KV cache as a third (MLX's for other caches). Layers with LoRA adapters, biases
+// outside Q/K/V or a RoPE with a frequency table run the op-by-op path.
+#include "kernels/cpu/fused.h"
+#include "nn/transformer.h"
+
+namespace lmx::nn {
+
+namespace {
+
+bool fusable(const Linear& l, bool bias_ok) {
+  return l.cpu_kernel && l.adapters.empty() && (bias_ok || !l.bias);
+}
+
+kernels::cpu::QLinear qlinear(const Linear& l) {
+  return {l.weight, *l.scales, *l.biases, l.quant->group_size, l.quant->bits, l.bias};
+}
+
+}  // namespace
+
+std::optional<mx::array> DecoderBlock::fused(const mx::array& x, const Mask& mask,
+                                             KVCacheBase& cache) const {
+  const Attention& a = self_attn;
+  const RoPE& r = a.opt.rope;
+  const bool ok = fusable(a.q_proj, true) && fusable(a.k_proj, true) && fusable(a.v_proj, true) &&
+                  fusable(a.o_proj, false) && fusable(mlp.gate_proj, false) &&
+                  fusable(mlp.up_proj, false) && fusable(mlp.down_proj, false) && r.base &&
+                  !r.freqs && !r.dynamic && r.mscale == 1.0f && x.ndim() == 3;
+  if (!ok) return std::nullopt;
+  kernels::cpu::QkvSpec spec{a.opt.n_heads,
+                             a.opt.n_kv_heads,
+                             a.opt.head_dim,
+                             input_layernorm.eps,
+                             {r.dims, r.traditional, *r.base, r.scale},
+                             std::nullopt};
+  std::optional<kernels::cpu::QkNorm> qk_norm;
+  if (a.q_norm) {
+    spec.qk_norm_eps = a.q_norm->eps;
+    qk_norm = kernels::cpu::QkNorm{a.q_norm->weight, a.k_norm->weight};
+  }
+  auto qkv =
+      kernels::cpu::norm_qkv_rope(x, input_layernorm.weight, qlinear(a.q_proj), qlinear(a.k_proj),
+                                  qlinear(a.v_proj), spec, cache.offset(), qk_norm);
+  mx::array attn(0.0f);
+  if (dynamic_cast<KVCache*>(&cache) && (mask.none() || (!mask.array && mask.mode == "causal"))) {
+    // A plain cache returns keys in position order, so the causal mask needs no array.
+    auto [keys, values] = cache.update_and_fetch(qkv[1], qkv[2]);
+    attn = kernels::cpu::causal_attention(qkv[0], keys, values, a.scale);
+  } else {
+    attn = merge_heads(cached_attention(qkv[0], qkv[1], qkv[2], cache, a.scale, mask));
+  }
+  return kernels::cpu::out_proj_mlp(x, attn, qlinear(a.o_proj), post_attention_layernorm.weight,
+                                    post_attention_layernorm.eps, qlinear(mlp.gate_proj),
+                                    qlinear(mlp.up_proj), qlinear(mlp.down_proj));
+}
+
+}  // namespace lmx::nn

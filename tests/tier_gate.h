@@ -1,0 +1,28 @@
+// The gates a fast tier (L3) must pass against the exact tier (L1) on the same weights
+// (docs/cpu.md): next-token distributions over a teacher-forced text, and greedy outputs.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "models/model.h"
+
+namespace lmx::test {
+
+struct TeacherForced {
+  double mean_kl = 0;     // mean over positions of KL(p_exact || p_fast), nats
+  double top1_agree = 0;  // fraction of positions with the same argmax
+  int positions = 0;
+  double max_abs_diff = 0;  // of the log-probabilities: 0 means both ran the same ops
+};
+
+// One forward of `tokens` (1, L) through each model from an empty cache.
+TeacherForced compare_teacher_forced(Model& exact, Model& fast, const std::vector<int>& tokens);
+
+// Greedy continuation of `prompt` (prefill, then one token per step), ignoring EOS.
+std::vector<int> greedy(Model& model, const std::vector<int>& prompt, int max_tokens);
+
+// Deterministic pseudo-random ids in [0, vocab).
+std::vector<int> random_tokens(int n, int vocab, unsigned seed);
+
+}  // namespace lmx::test
