@@ -197,7 +197,9 @@ LoadedWeights load_model(const fs::path& dir, const LoadOptions& options,
   WeightStore store(std::move(weights), QuantConfig::from_config(config, source), dir.string());
   const bool sharded = shard && shard->size > 1;
   if (shard) store.set_shard(*shard);
-  store.set_cpu_kernels(!options.exact && mx::default_device() == mx::Device::cpu);
+  // The L3 fused layer runs o_proj and down_proj inside one primitive, past the all-reduce a shard
+  // needs after them: sharded loads run tier L1 until the fused layer learns to reduce.
+  store.set_cpu_kernels(!options.exact && !sharded && mx::default_device() == mx::Device::cpu);
   LoadedWeights out;
   out.cpu_kernels = store.cpu_kernels();
   try {
