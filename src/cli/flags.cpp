@@ -32,7 +32,8 @@ bool Flags::parse(const std::vector<std::string>& args) {
     check(spec != nullptr, where, "unknown flag '", a, "' (see --help)");
     if (spec->is_switch) {
       check(!value, where, "flag --", name, " takes no value");
-      values_[name] = "1";
+      // GCC 12 reports a false -Wrestrict for a literal assigned into the map (GCC bug 105329).
+      values_.insert_or_assign(name, std::string(1, '1'));
       continue;
     }
     if (!value) {
