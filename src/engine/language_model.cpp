@@ -9,6 +9,7 @@
 #include "engine/embed.h"
 #include "engine/model_impl.h"
 #include "engine/tensor_parallel.h"
+#include "engine/vocab.h"
 #include "generate/generate.h"
 #include "kernels/cpu/qmm.h"
 #include "kernels/cpu/thread_pool.h"
@@ -50,10 +51,7 @@ LanguageModel LanguageModel::load(const std::filesystem::path& dir, const LoadOp
   if (options.tensor_parallel > 1) shard = join_tensor_parallel_group(options.tensor_parallel);
   LoadedWeights loaded = load_model(dir, options, shard);
   Tokenizer tok = Tokenizer::from_dir(dir);
-  std::vector<int> eos = loaded.info.eos_token_ids;
-  // mlx-lm's TokenizerWrapper adds the tokenizer's own eos token to the config's ids.
-  for (int id : tok.eos_token_ids())
-    if (std::find(eos.begin(), eos.end(), id) == eos.end()) eos.push_back(id);
+  std::vector<int> eos = merged_eos_ids(loaded.info, tok);
   auto impl =
       std::make_unique<Impl>(std::move(loaded), std::move(tok), std::move(eos), std::move(shard));
   // mlx-optiq's per-layer KV bits, used by generate unless the options say otherwise.
@@ -98,10 +96,21 @@ std::string tier_description(const LoadOptions& options) {
 std::string LanguageModel::tier() const { return describe_tier(impl_->loaded.cpu_kernels); }
 
 int LanguageModel::vocab_size() const {
-  const json& c = impl_->loaded.info.config;
+  return model_vocab_size(impl_->loaded.info, impl_->tokenizer);
+}
+
+std::vector<int> merged_eos_ids(const ModelInfo& info, const Tokenizer& tokenizer) {
+  std::vector<int> eos = info.eos_token_ids;
+  for (int id : tokenizer.eos_token_ids())
+    if (std::find(eos.begin(), eos.end(), id) == eos.end()) eos.push_back(id);
+  return eos;
+}
+
+int model_vocab_size(const ModelInfo& info, const Tokenizer& tokenizer) {
+  const json& c = info.config;
   if (c.contains("vocab_size") && c["vocab_size"].is_number_integer())
     return c["vocab_size"].get<int>();
-  return impl_->tokenizer.vocab_size();
+  return tokenizer.vocab_size();
 }
 
 std::vector<int> LanguageModel::encode(std::string_view text, bool add_special_tokens) const {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "engine/vocab.h"
 #include "generate/generate.h"
 #include "sampling/sampler.h"
 
@@ -36,23 +37,14 @@ bool Job::pop(std::vector<TokenEvent>& out) {
 Engine::Engine(const EngineOptions& o)
     : loaded_(load_model(o.model, {.exact = o.exact})),
       tokenizer_(Tokenizer::from_dir(o.model)),
-      eos_(loaded_.info.eos_token_ids),
+      eos_(merged_eos_ids(loaded_.info, tokenizer_)),
       cache_key_(std::filesystem::weakly_canonical(o.model).string()),
       log_stats_(o.log_stats),
-      prompt_cache_(o.prompt_cache_entries, o.prompt_cache_bytes) {
-  // mlx-lm's TokenizerWrapper adds the tokenizer's own eos token to the config's ids.
-  for (int id : tokenizer_.eos_token_ids())
-    if (std::find(eos_.begin(), eos_.end(), id) == eos_.end()) eos_.push_back(id);
-}
+      prompt_cache_(o.prompt_cache_entries, o.prompt_cache_bytes) {}
 
 Engine::~Engine() { stop(); }
 
-int Engine::vocab_size() const {
-  const json& c = loaded_.info.config;
-  if (c.contains("vocab_size") && c["vocab_size"].is_number_integer())
-    return c["vocab_size"].get<int>();
-  return tokenizer_.vocab_size();
-}
+int Engine::vocab_size() const { return model_vocab_size(loaded_.info, tokenizer_); }
 
 void Engine::start() {
   thread_ = std::thread([this] { loop(); });
