@@ -77,6 +77,13 @@ void JsonAutomaton::push_value(Stack st, int node, std::vector<Stack>& out, int 
     for (int alt : n.alts) push_value(st, alt, out, depth + 1);
     return;
   }
+  if (n.kind == Kind::Sequence) {
+    Frame f;
+    f.node = node;
+    st.push_back(f);
+    push_value(std::move(st), n.alts[0], out, depth + 1);
+    return;
+  }
   const int forks = n.kind == Kind::Literals ? static_cast<int>(n.literals.size()) : 1;
   for (int i = 0; i < forks; ++i) {
     Stack s = st;
@@ -105,6 +112,20 @@ void JsonAutomaton::child_done(Stack& st) const {
 
 void JsonAutomaton::pop(Stack st, uint8_t b, bool consumed, std::vector<Stack>& out) const {
   st.pop_back();
+  if (!st.empty() && g_.nodes[st.back().node].kind == Kind::Sequence) {
+    Frame& f = st.back();
+    const GrammarNode& n = g_.nodes[f.node];
+    if (++f.phase == static_cast<int32_t>(n.alts.size())) return pop(std::move(st), b, consumed, out);
+    std::vector<Stack> next;
+    push_value(std::move(st), n.alts[f.phase], next);
+    for (Stack& s : next) {
+      if (consumed)
+        out.push_back(std::move(s));
+      else
+        step(std::move(s), b, out);
+    }
+    return;
+  }
   if (!st.empty()) child_done(st);
   if (consumed) {
     out.push_back(std::move(st));
@@ -143,7 +164,8 @@ void JsonAutomaton::step(Stack st, uint8_t b, std::vector<Stack>& out) const {
       return;
     }
     case Kind::AnyOf:
-      return;  // expanded by push_value, never on a stack
+    case Kind::Sequence:
+      return;  // expanded by push_value; a sequence is always under its current part
   }
 }
 

@@ -244,4 +244,16 @@ Grammar compile_schema(const json& schema) {
   return std::move(c.g);
 }
 
+int append_grammar(Grammar& into, const Grammar& g) {
+  const int base = static_cast<int>(into.nodes.size());
+  const auto shift = [base](int i) { return i < 0 ? i : i + base; };
+  for (GrammarNode n : g.nodes) {
+    for (int& p : n.props) p = shift(p);
+    for (int& a : n.alts) a = shift(a);
+    n.value = shift(n.value);
+    into.nodes.push_back(std::move(n));
+  }
+  return shift(g.root);
+}
+
 }  // namespace lmx::constrain

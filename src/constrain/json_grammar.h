@@ -10,7 +10,7 @@
 
 namespace lmx::constrain {
 
-enum class Kind : uint8_t { Object, Array, String, Number, Integer, Literals, AnyOf };
+enum class Kind : uint8_t { Object, Array, String, Number, Integer, Literals, AnyOf, Sequence };
 
 struct GrammarNode {
   Kind kind = Kind::AnyOf;
@@ -26,7 +26,8 @@ struct GrammarNode {
   int min_length = 0, max_length = -1;  // code points (an escape counts as one)
   // Literals: the exact JSON texts allowed (enum, const, true/false, null).
   std::vector<std::string> literals;
-  // AnyOf: the alternatives.
+  // AnyOf: the alternatives. Sequence: the parts, matched one after another (raw text around a
+  // JSON value, e.g. a tool call's wrapper); its last part must not be a bare number.
   std::vector<int> alts;
 };
 
@@ -48,5 +49,8 @@ Grammar any_json_grammar(bool object_only);
 // $ref into #/$defs or #/definitions; annotations (title, description, default, examples, ...)
 // are ignored.
 Grammar compile_schema(const json& schema);
+
+// Copies g's nodes to the end of `into` (their indices shifted); returns g's root there.
+int append_grammar(Grammar& into, const Grammar& g);
 
 }  // namespace lmx::constrain

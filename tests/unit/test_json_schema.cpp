@@ -6,6 +6,7 @@
 #include <random>
 
 #include "constrain/token_constraint.h"
+#include "constrain/tool_grammar.h"
 #include "core/error.h"
 #include "core/json.h"
 #include "test_util.h"
@@ -50,6 +51,46 @@ TEST(JsonSchema, AnyJsonAndObjectOnly) {
   EXPECT_TRUE(obj.matches("{\"a\":1}"));
   EXPECT_FALSE(obj.matches("[1]"));
   EXPECT_FALSE(obj.matches("1"));
+}
+
+// Tool-call grammars: the family's wrapper as raw text around {"name", "arguments"} (a
+// Sequence of literal, the tool's schema, literal), one of several tools, and repeated calls.
+TEST(JsonSchema, ToolCallGrammar) {
+  const auto args = [](const char* schema) { return compile_schema(json::parse(schema)); };
+  std::vector<std::pair<std::string, Grammar>> tools;
+  tools.emplace_back("get_weather", args(R"({"type":"object","properties":{
+      "city":{"type":"string"},"days":{"type":"integer"}},"required":["city"]})"));
+  tools.emplace_back("now", args(R"({"type":"object","properties":{}})"));
+  const ToolCallSyntax hermes{"<tool_call>\n", "\n</tool_call>", "\n"};
+  JsonAutomaton one(tool_call_grammar(tools, hermes, false));
+  JsonAutomaton many(tool_call_grammar(tools, hermes, true));
+  const std::string w = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": ";
+  const std::string a = w + "{\"city\": \"Oslo\", \"days\":3}}\n</tool_call>";
+  const std::string b = "<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>";
+  for (const std::string& t : {a, b, w + "{\"city\":\"x\"}}\n</tool_call>"}) {
+    EXPECT_TRUE(one.matches(t)) << t;
+    EXPECT_TRUE(many.matches(t)) << t;
+  }
+  EXPECT_TRUE(many.matches(a + "\n" + b));
+  EXPECT_TRUE(many.matches(b + "\n" + a + "\n" + b));
+  EXPECT_FALSE(one.matches(a + "\n" + b));
+  for (const std::string& t : std::vector<std::string>{
+           w + "{\"days\": 3}}\n</tool_call>",              // city is required
+        w + "{\"city\": 1}}\n</tool_call>",              // city is a string
+        w + "{\"city\": \"x\", \"z\": 1}}\n</tool_call>",  // no other keys
+        std::string("<tool_call>\n{\"name\": \"other\", \"arguments\": {}}\n</tool_call>"),
+        std::string("<tool_call>{\"name\": \"now\", \"arguments\": {}}</tool_call>"), a.substr(0, a.size() - 1),
+        a + "\n", a + b, std::string("{\"name\": \"now\", \"arguments\": {}}")}) {
+    EXPECT_FALSE(one.matches(t)) << t;
+    EXPECT_FALSE(many.matches(t)) << t;
+  }
+  // Llama 3's bare object with "parameters"; a number as the last argument ends at the '}'.
+  JsonAutomaton llama(tool_call_grammar(
+      {{"f", args(R"({"type":"object","properties":{"n":{"type":"number"}}})")}},
+      ToolCallSyntax{"", "", "", "parameters"}, true));
+  EXPECT_TRUE(llama.matches("{\"name\": \"f\", \"parameters\": {\"n\": -1.5}}"));
+  EXPECT_FALSE(llama.matches("{\"name\": \"f\", \"arguments\": {\"n\": -1.5}}"));
+  EXPECT_THROW(tool_call_grammar({}, hermes, false), Error);
 }
 
 void expect_error(const std::string& schema, const std::string& needle) {
