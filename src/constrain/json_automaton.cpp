@@ -115,7 +115,8 @@ void JsonAutomaton::pop(Stack st, uint8_t b, bool consumed, std::vector<Stack>& 
   if (!st.empty() && g_.nodes[st.back().node].kind == Kind::Sequence) {
     Frame& f = st.back();
     const GrammarNode& n = g_.nodes[f.node];
-    if (++f.phase == static_cast<int32_t>(n.alts.size())) return pop(std::move(st), b, consumed, out);
+    if (++f.phase == static_cast<int32_t>(n.alts.size()))
+      return pop(std::move(st), b, consumed, out);
     std::vector<Stack> next;
     push_value(std::move(st), n.alts[f.phase], next);
     for (Stack& s : next) {

@@ -13,9 +13,9 @@
 namespace lmx::constrain {
 
 struct ToolCallSyntax {
-  std::string open;                      // before the call's object, e.g. "<tool_call>\n"
-  std::string close;                     // after it, e.g. "\n</tool_call>"
-  std::string separator;                 // between calls; empty: one call at most
+  std::string open;       // before the call's object, e.g. "<tool_call>\n"
+  std::string close;      // after it, e.g. "\n</tool_call>"
+  std::string separator;  // between calls; empty: one call at most
   std::string arguments_key = "arguments";
 };
 

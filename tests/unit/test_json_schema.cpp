@@ -75,19 +75,20 @@ TEST(JsonSchema, ToolCallGrammar) {
   EXPECT_TRUE(many.matches(b + "\n" + a + "\n" + b));
   EXPECT_FALSE(one.matches(a + "\n" + b));
   for (const std::string& t : std::vector<std::string>{
-           w + "{\"days\": 3}}\n</tool_call>",              // city is required
-        w + "{\"city\": 1}}\n</tool_call>",              // city is a string
-        w + "{\"city\": \"x\", \"z\": 1}}\n</tool_call>",  // no other keys
-        std::string("<tool_call>\n{\"name\": \"other\", \"arguments\": {}}\n</tool_call>"),
-        std::string("<tool_call>{\"name\": \"now\", \"arguments\": {}}</tool_call>"), a.substr(0, a.size() - 1),
-        a + "\n", a + b, std::string("{\"name\": \"now\", \"arguments\": {}}")}) {
+           w + "{\"days\": 3}}\n</tool_call>",                // city is required
+           w + "{\"city\": 1}}\n</tool_call>",                // city is a string
+           w + "{\"city\": \"x\", \"z\": 1}}\n</tool_call>",  // no other keys
+           std::string("<tool_call>\n{\"name\": \"other\", \"arguments\": {}}\n</tool_call>"),
+           std::string("<tool_call>{\"name\": \"now\", \"arguments\": {}}</tool_call>"),
+           a.substr(0, a.size() - 1), a + "\n", a + b,
+           std::string("{\"name\": \"now\", \"arguments\": {}}")}) {
     EXPECT_FALSE(one.matches(t)) << t;
     EXPECT_FALSE(many.matches(t)) << t;
   }
   // Llama 3's bare object with "parameters"; a number as the last argument ends at the '}'.
-  JsonAutomaton llama(tool_call_grammar(
-      {{"f", args(R"({"type":"object","properties":{"n":{"type":"number"}}})")}},
-      ToolCallSyntax{"", "", "", "parameters"}, true));
+  JsonAutomaton llama(
+      tool_call_grammar({{"f", args(R"({"type":"object","properties":{"n":{"type":"number"}}})")}},
+                        ToolCallSyntax{"", "", "", "parameters"}, true));
   EXPECT_TRUE(llama.matches("{\"name\": \"f\", \"parameters\": {\"n\": -1.5}}"));
   EXPECT_FALSE(llama.matches("{\"name\": \"f\", \"arguments\": {\"n\": -1.5}}"));
   EXPECT_THROW(tool_call_grammar({}, hermes, false), Error);
