@@ -19,4 +19,13 @@ mx::array embed_sequence(Model& model, const std::vector<int>& ids) {
   return mx::divide(h, mx::linalg::norm(h));
 }
 
+std::vector<int> embedding_tokens(const Tokenizer& tok, std::string_view text) {
+  std::optional<int> eot = tok.token_to_id("<|endoftext|>");
+  if (!eot && !tok.eos_token_ids().empty()) eot = tok.eos_token_ids().front();
+  check(eot.has_value(), "embed", "the tokenizer has no <|endoftext|> or eos token to append");
+  std::vector<int> ids = tok.encode(text);
+  if (ids.empty() || ids.back() != *eot) ids.push_back(*eot);
+  return ids;
+}
+
 }  // namespace lmx

@@ -139,13 +139,7 @@ std::shared_ptr<TokenConstraint> LanguageModel::json_object_constraint() const {
 }
 
 std::vector<int> LanguageModel::embedding_tokens(std::string_view text) const {
-  const Tokenizer& tok = impl_->tokenizer;
-  std::optional<int> eot = tok.token_to_id("<|endoftext|>");
-  if (!eot && !tok.eos_token_ids().empty()) eot = tok.eos_token_ids().front();
-  check(eot.has_value(), "embed", "the tokenizer has no <|endoftext|> or eos token to append");
-  std::vector<int> ids = tok.encode(text);
-  if (ids.empty() || ids.back() != *eot) ids.push_back(*eot);
-  return ids;
+  return lmx::embedding_tokens(impl_->tokenizer, text);
 }
 
 std::vector<std::vector<float>> LanguageModel::embed(const std::vector<std::vector<int>>& batch) {
