@@ -107,11 +107,12 @@ void handle_messages(const Context& ctx, const httplib::Request& req, httplib::R
       auto& field = content.back()[type == "thinking" ? "thinking" : "text"];
       field = field.get<std::string>() + piece;
     };
+    const auto connected = client_connected(req);
     RunSummary s = run_job(*ctx.engine, p.job, pipeline, [&](const Delta& d) {
       append("thinking", d.reasoning);
       append("text", d.content);
       for (const auto& c : d.tool_calls) content.push_back(tool_use_block(c, false));
-      return true;
+      return connected();
     });
     ojson body = {{"id", id},
                   {"type", "message"},

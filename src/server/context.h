@@ -4,6 +4,7 @@
 
 #include <httplib.h>
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -39,6 +40,12 @@ std::shared_ptr<Job> make_job(const Context& ctx, std::vector<int> prompt, const
                               const std::string& prompt_field);
 void check_model(const Context& ctx, const std::string& model);
 
+// For non-streaming responses, which write nothing until the end: a check that the client is
+// still connected (its socket has not seen the peer's FIN or a reset), polled between tokens.
+// cpp-httplib 0.11 does not hand handlers the socket, so it is found among the process's open
+// sockets by the request's local and peer address; not found: always true.
+std::function<bool()> client_connected(const httplib::Request& req);
+
 std::string new_id(const std::string& prefix);
 std::string token_text(const Context& ctx, int id);
 bool write_sse(httplib::DataSink& sink, const ojson& data, const std::string& event = "");
@@ -50,6 +57,7 @@ void send_json(httplib::Response& res, const ojson& body);
 void handle_chat(const Context& ctx, const httplib::Request& req, httplib::Response& res);
 void handle_completion(const Context& ctx, const httplib::Request& req, httplib::Response& res);
 void handle_messages(const Context& ctx, const httplib::Request& req, httplib::Response& res);
+void handle_embeddings(const Context& ctx, const httplib::Request& req, httplib::Response& res);
 void handle_count_tokens(const Context& ctx, const httplib::Request& req, httplib::Response& res);
 
 }  // namespace lmx::server

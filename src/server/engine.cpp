@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "engine/embed.h"
 #include "engine/vocab.h"
 #include "generate/generate.h"
 #include "sampling/sampler.h"
@@ -46,6 +47,21 @@ Engine::~Engine() { stop(); }
 
 int Engine::vocab_size() const { return model_vocab_size(loaded_.info, tokenizer_); }
 
+int Engine::hidden_size() const {
+  const auto& c = loaded_.info.config;
+  // Multimodal configs keep the language model's size under text_config.
+  const auto& t = c.contains("text_config") ? c["text_config"] : c;
+  return t.contains("hidden_size") && t["hidden_size"].is_number_integer()
+             ? t["hidden_size"].get<int>()
+             : -1;
+}
+
+std::shared_ptr<const constrain::TokenTable> Engine::token_table() const {
+  std::call_once(token_table_once_,
+                 [&] { token_table_ = constrain::TokenTable::build(tokenizer_); });
+  return token_table_;
+}
+
 void Engine::start() {
   thread_ = std::thread([this] { loop(); });
 }
@@ -54,7 +70,7 @@ void Engine::submit(std::shared_ptr<Job> job) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stopping_) {
-      job->finish(JobResult{{}, 0, "cancelled", "the server is shutting down"});
+      job->finish(JobResult{{}, 0, "cancelled", "the server is shutting down", {}});
       return;
     }
     queue_.push_back(std::move(job));
@@ -75,7 +91,7 @@ void Engine::stop() {
     left.swap(queue_);
   }
   cv_.notify_all();
-  for (auto& j : left) j->finish(JobResult{{}, 0, "cancelled", "the server is shutting down"});
+  for (auto& j : left) j->finish(JobResult{{}, 0, "cancelled", "the server is shutting down", {}});
   if (thread_.joinable()) thread_.join();
 }
 
@@ -110,7 +126,26 @@ void add_logprobs(TokenEvent& ev, const mx::array& logprobs, int n) {
 
 }  // namespace
 
+void Engine::run_embed(Job& job) {
+  JobResult r;
+  try {
+    for (const auto& ids : job.embed) {
+      if (job.cancelled.load()) {
+        r.finish_reason = "cancelled";
+        break;
+      }
+      mx::array e = embed_sequence(*loaded_.model, ids);
+      mx::eval(e);
+      r.embeddings.emplace_back(e.data<float>(), e.data<float>() + e.size());
+    }
+  } catch (const std::exception& e) {
+    r.error = e.what();
+  }
+  job.finish(std::move(r));
+}
+
 void Engine::run(Job& job) {
+  if (!job.embed.empty()) return run_embed(job);
   JobResult r;
   std::optional<Cache> cache;
   std::vector<int> seen;  // tokens fed to the model, in cache order

@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "constrain/token_constraint.h"
 #include "lmx/lmx.h"
 #include "models/model.h"
 #include "server/prompt_cache_lru.h"
@@ -31,8 +32,9 @@ struct TokenEvent {
 struct JobResult {
   GenerationStats stats;
   size_t cached_tokens = 0;
-  std::string finish_reason;  // "stop" (EOS), "length", "cancelled"
-  std::string error;          // set when generation failed
+  std::string finish_reason;                   // "stop" (EOS), "length", "cancelled"
+  std::string error;                           // set when generation failed
+  std::vector<std::vector<float>> embeddings;  // an embeddings job's vectors, one per input
 };
 
 // One request's generation, shared between the HTTP thread that waits on it and the engine.
@@ -40,6 +42,8 @@ class Job {
  public:
   std::vector<int> prompt;
   GenerateOptions options;
+  // Not empty: an embeddings job (no generation): each sequence's pooled, normalized state.
+  std::vector<std::vector<int>> embed;
   int top_logprobs = -1;  // -1: no logprobs; 0: the sampled token's only; n: also the n best
   std::atomic<bool> cancelled{false};
 
@@ -80,11 +84,15 @@ class Engine {
   const ModelInfo& info() const { return loaded_.info; }
   const std::vector<int>& eos_ids() const { return eos_; }
   int vocab_size() const;
+  int hidden_size() const;  // the length of an embedding
   size_t queued() const;
+  // Token bytes and their trie for constrained decoding; built on first use (any thread).
+  std::shared_ptr<const constrain::TokenTable> token_table() const;
 
  private:
   void loop();
   void run(Job& job);
+  void run_embed(Job& job);
 
   LoadedWeights loaded_;
   Tokenizer tokenizer_;
@@ -92,6 +100,8 @@ class Engine {
   std::string cache_key_;
   bool log_stats_;
   PromptCacheLRU prompt_cache_;
+  mutable std::once_flag token_table_once_;
+  mutable std::shared_ptr<const constrain::TokenTable> token_table_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::shared_ptr<Job>> queue_;

@@ -88,12 +88,13 @@ void handle_chat(const Context& ctx, const httplib::Request& req, httplib::Respo
     std::string content, reasoning;
     std::vector<ToolCall> calls;
     std::vector<TokenEvent> tokens;
+    const auto connected = client_connected(req);
     RunSummary s = run_job(*ctx.engine, p.job, *pipeline, [&](const Delta& d) {
       content += d.content;
       reasoning += d.reasoning;
       calls.insert(calls.end(), d.tool_calls.begin(), d.tool_calls.end());
       if (want_logprobs) tokens.insert(tokens.end(), d.tokens.begin(), d.tokens.end());
-      return true;
+      return connected();
     });
     ojson msg = {{"role", "assistant"}};
     msg["content"] = content.empty() && !calls.empty() ? ojson(nullptr) : ojson(content);
@@ -195,10 +196,11 @@ void handle_completion(const Context& ctx, const httplib::Request& req, httplib:
     std::string text = prefix;
     ojson lp = empty_completion_logprobs();
     size_t offset = text.size();
+    const auto connected = client_connected(req);
     RunSummary s = run_job(*ctx.engine, job, pipeline, [&](const Delta& d) {
       text += d.content;
       if (want_logprobs) add_completion_logprobs(ctx, lp, d.tokens, offset);
-      return true;
+      return connected();
     });
     ojson choice = {{"index", 0}, {"text", text}};
     choice["logprobs"] = want_logprobs ? lp : ojson(nullptr);

@@ -42,6 +42,28 @@ std::vector<std::string> string_list(const ojson& b, const char* key) {
   return out;
 }
 
+// OpenAI's {type: text} | {type: json_object} | {type: json_schema, json_schema: {name, schema,
+// strict}}; the schema is compiled when the job is made (make_job).
+void response_format(const ojson& b, SamplingRequest& s) {
+  if (!b.contains("response_format") || b["response_format"].is_null()) return;
+  const ojson& rf = b["response_format"];
+  if (!rf.is_object() || !rf.contains("type") || !rf["type"].is_string())
+    bad_field("response_format", "must be {type: text | json_object | json_schema}");
+  const std::string type = rf["type"].get<std::string>();
+  if (type == "json_object") {
+    s.json_object = true;
+  } else if (type == "json_schema") {
+    if (!rf.contains("json_schema") || !rf["json_schema"].is_object())
+      bad_field("response_format.json_schema", "must be an object {name, schema, strict}");
+    const ojson& js = rf["json_schema"];
+    if (!js.contains("schema") || !(js["schema"].is_object() || js["schema"].is_boolean()))
+      bad_field("response_format.json_schema.schema", "must be a JSON schema object");
+    s.json_schema = js["schema"];
+  } else if (type != "text") {
+    bad_field("response_format.type", "must be text, json_object or json_schema, got " + type);
+  }
+}
+
 // The fields OpenAI's chat and completions endpoints share.
 SamplingRequest sampling(const ojson& b, const SamplingDefaults& d, const char* max_key) {
   SamplingRequest s;
@@ -93,6 +115,7 @@ SamplingRequest sampling(const ojson& b, const SamplingDefaults& d, const char* 
   // vLLM's extension; benchmarks use it to always generate max_tokens.
   g.ignore_eos = boolean(b, "ignore_eos").value_or(false);
   s.stop = string_list(b, "stop");
+  response_format(b, s);
   s.stream = boolean(b, "stream").value_or(false);
   if (b.contains("stream_options") && b["stream_options"].is_object())
     s.include_usage = boolean(b["stream_options"], "include_usage").value_or(false);
@@ -142,6 +165,16 @@ void normalize_messages(ojson& messages) {
   }
 }
 
+// A forced tool_choice needs tools, and a named function one of them.
+void check_tool_choice(const ChatRequest& r) {
+  if (r.tool_choice != "required" && r.tool_choice != "function") return;
+  if (!r.tools) bad_field("tool_choice", r.tool_choice + " needs a non-empty list of tools");
+  if (r.tool_choice != "function") return;
+  for (const auto& t : *r.tools)
+    if (t["function"]["name"] == r.tool_name) return;
+  bad_field("tool_choice", "names function '" + r.tool_name + "', which is not among the tools");
+}
+
 }  // namespace
 
 ojson parse_body(const std::string& body) {
@@ -184,12 +217,17 @@ ChatRequest parse_chat_request(const ojson& b, const SamplingDefaults& d) {
       r.tool_choice = tc.get<std::string>();
       if (r.tool_choice != "auto" && r.tool_choice != "none" && r.tool_choice != "required")
         bad_field("tool_choice", "must be auto, none, required or {type: function, ...}");
-    } else if (tc.is_object() && tc.contains("function") && tc["function"].contains("name")) {
-      r.tool_choice = tc["function"]["name"].get<std::string>();
+    } else if (tc.is_object() && tc.contains("function") && tc["function"].is_object() &&
+               tc["function"].contains("name") && tc["function"]["name"].is_string()) {
+      r.tool_choice = "function";
+      r.tool_name = tc["function"]["name"].get<std::string>();
     } else {
-      bad_field("tool_choice", "must be auto, none, required or {type: function, ...}");
+      bad_field("tool_choice",
+                "must be auto, none, required or {type: function, function: {name}}");
     }
   }
+  r.parallel_tool_calls = boolean(b, "parallel_tool_calls").value_or(true);
+  check_tool_choice(r);
   r.template_kwargs = template_kwargs(b);
   if (auto effort = string(b, "reasoning_effort")) {
     if (*effort != "none" && *effort != "minimal" && *effort != "low" && *effort != "medium" &&
@@ -198,17 +236,6 @@ ChatRequest parse_chat_request(const ojson& b, const SamplingDefaults& d) {
     if (!r.template_kwargs.contains("enable_thinking"))
       r.template_kwargs["enable_thinking"] = *effort != "none";
     r.template_kwargs["reasoning_effort"] = *effort;
-  }
-  if (b.contains("response_format") && !b["response_format"].is_null()) {
-    const ojson& rf = b["response_format"];
-    if (!rf.is_object() || !rf.contains("type") || !rf["type"].is_string())
-      bad_field("response_format", "must be {type: text | json_object | json_schema}");
-    const std::string type = rf["type"].get<std::string>();
-    if (type == "json_object" || type == "json_schema")
-      bad_field("response_format", "type " + type +
-                                       " needs constrained decoding, which this "
-                                       "server does not implement yet");
-    if (type != "text") bad_field("response_format", "unknown type " + type);
   }
   if (boolean(b, "logprobs").value_or(false)) {
     r.s.top_logprobs = integer(b, "top_logprobs").value_or(0);
@@ -337,15 +364,81 @@ ChatRequest parse_anthropic_request(const ojson& b, const SamplingDefaults& d) {
     }
     r.tools = tools;
   }
-  if (b.contains("tool_choice") && b["tool_choice"].is_object()) {
-    const std::string type = b["tool_choice"].value("type", "auto");
-    r.tool_choice = type == "any"    ? "required"
-                    : type == "tool" ? b["tool_choice"].value("name", "")
-                                     : type;
+  if (b.contains("tool_choice") && !b["tool_choice"].is_null()) {
+    const ojson& tc = b["tool_choice"];
+    const std::string type = tc.is_object() && tc.contains("type") && tc["type"].is_string()
+                                 ? tc["type"].get<std::string>()
+                                 : "";
+    if (type == "any") {
+      r.tool_choice = "required";
+    } else if (type == "tool") {
+      if (!tc.contains("name") || !tc["name"].is_string())
+        bad_field("tool_choice.name", "is required for {type: tool} and must be a string");
+      r.tool_choice = "function";
+      r.tool_name = tc["name"].get<std::string>();
+    } else if (type == "auto" || type == "none") {
+      r.tool_choice = type;
+    } else {
+      bad_field("tool_choice", "must be {type: auto | any | tool | none}");
+    }
+    // disable_parallel_tool_use: at most one tool_use block.
+    if (tc.value("disable_parallel_tool_use", false)) r.parallel_tool_calls = false;
+    check_tool_choice(r);
   }
   r.template_kwargs = template_kwargs(b);
   if (b.contains("thinking") && b["thinking"].is_object())
     r.template_kwargs["enable_thinking"] = b["thinking"].value("type", "") == "enabled";
+  return r;
+}
+
+EmbeddingRequest parse_embedding_request(const ojson& b) {
+  EmbeddingRequest r;
+  r.model = string(b, "model").value_or("default_model");
+  if (!b.contains("input") || b["input"].is_null()) bad_field("input", "is required");
+  const ojson& in = b["input"];
+  const char* kShape =
+      "must be a string, a list of strings, a list of token ids or a list of "
+      "lists of token ids";
+  const auto ids_of = [&](const ojson& a, const std::string& at) {
+    std::vector<int> ids;
+    for (const auto& t : a) {
+      if (!t.is_number_integer()) bad_field(at, "a token list must hold integers only");
+      ids.push_back(t.get<int>());
+    }
+    if (ids.empty()) bad_field(at, "is an empty token list");
+    return ids;
+  };
+  if (in.is_string()) {
+    r.texts.push_back(in.get<std::string>());
+  } else if (in.is_array() && !in.empty() && in[0].is_number_integer()) {
+    r.token_ids.push_back(ids_of(in, "input"));
+  } else if (in.is_array() && !in.empty() && in[0].is_string()) {
+    for (size_t i = 0; i < in.size(); ++i) {
+      if (!in[i].is_string()) bad_field("input[" + std::to_string(i) + "]", "must be a string");
+      r.texts.push_back(in[i].get<std::string>());
+    }
+  } else if (in.is_array() && !in.empty() && in[0].is_array()) {
+    for (size_t i = 0; i < in.size(); ++i) {
+      const std::string at = "input[" + std::to_string(i) + "]";
+      if (!in[i].is_array()) bad_field(at, "must be a list of token ids");
+      r.token_ids.push_back(ids_of(in[i], at));
+    }
+  } else if (in.is_array() && in.empty()) {
+    bad_field("input", "is an empty list");
+  } else {
+    bad_field("input", kShape);
+  }
+  for (size_t i = 0; i < r.texts.size(); ++i)
+    if (r.texts[i].empty())
+      bad_field(
+          r.texts.size() == 1 && in.is_string() ? "input" : "input[" + std::to_string(i) + "]",
+          "is an empty string");
+  const std::string format = string(b, "encoding_format").value_or("float");
+  if (format != "float" && format != "base64")
+    bad_field("encoding_format", "must be float or base64, got " + format);
+  r.base64 = format == "base64";
+  r.dimensions = integer(b, "dimensions");
+  if (r.dimensions && *r.dimensions <= 0) bad_field("dimensions", "must be > 0");
   return r;
 }
 

@@ -32,16 +32,19 @@ struct SamplingRequest {
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
   int top_logprobs = -1;       // -1: no logprobs
+  // response_format: json_object (any JSON object) or json_schema's schema; neither: free text.
+  bool json_object = false;
+  std::optional<ojson> json_schema;
 };
 
 struct ChatRequest {
   SamplingRequest s;
   ojson messages = ojson::array();  // OpenAI form, the client's key order kept
   std::optional<ojson> tools;
-  std::string tool_choice = "auto";  // "auto", "none", "required" or a function name
+  std::string tool_choice = "auto";  // "auto", "none", "required" or "function"
+  std::string tool_name;             // tool_choice "function": the function to call
+  bool parallel_tool_calls = true;   // required: more than one call may follow
   ojson template_kwargs = ojson::object();
-  // Constrained decoding (response_format json_object / json_schema) hooks in here.
-  std::optional<ojson> response_format;
 };
 
 struct CompletionRequest {
@@ -51,10 +54,21 @@ struct CompletionRequest {
   bool echo = false;
 };
 
+// POST /v1/embeddings: each input as text or as token ids (taken as they are).
+struct EmbeddingRequest {
+  std::string model;
+  std::vector<std::string> texts;           // input given as text
+  std::vector<std::vector<int>> token_ids;  // input given as token ids
+  bool base64 = false;                      // encoding_format base64: float32 little-endian
+  std::optional<int> dimensions;
+};
+
 ChatRequest parse_chat_request(const ojson& body, const SamplingDefaults& d);
 CompletionRequest parse_completion_request(const ojson& body, const SamplingDefaults& d);
 // POST /v1/messages. thinking {type: enabled} turns on enable_thinking.
 ChatRequest parse_anthropic_request(const ojson& body, const SamplingDefaults& d);
+
+EmbeddingRequest parse_embedding_request(const ojson& body);
 
 // The body as a JSON object, or ApiError(400).
 ojson parse_body(const std::string& body);

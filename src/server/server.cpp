@@ -1,15 +1,22 @@
 #include "server/server.h"
 
+#include <dirent.h>
+#include <netdb.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/socket.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <random>
 #include <thread>
 
+#include "constrain/tool_grammar.h"
 #include "core/error.h"
 #include "sampling/sampler.h"
 #include "server/api_error.h"
@@ -57,8 +64,64 @@ std::shared_ptr<Job> make_job(const Context& ctx, std::vector<int> prompt, const
   job->prompt = std::move(prompt);
   job->options = s.gen;
   job->top_logprobs = s.top_logprobs;
+  if (s.json_object || s.json_schema) {
+    constrain::Grammar g;
+    if (s.json_schema) {
+      try {
+        g = constrain::compile_schema(json::parse(s.json_schema->dump()));
+      } catch (const lmx::Error& e) {
+        bad_field("response_format.json_schema.schema", e.what());
+      }
+    } else {
+      g = constrain::any_json_grammar(/*object_only=*/true);
+    }
+    job->options.constraint = std::make_shared<constrain::JsonConstraint>(
+        ctx.engine->token_table(), std::move(g), ctx.engine->eos_ids());
+  }
   return job;
 }
+
+namespace {
+
+// tool_choice required / a named function: a constraint that makes the output tool calls in the
+// template's format (Hermes and Llama 3's bare JSON object; the others' markers are special
+// tokens the constraint cannot write, or not JSON).
+std::shared_ptr<TokenConstraint> forced_tool_calls(const Context& ctx, const ChatRequest& r) {
+  constrain::ToolCallSyntax syntax;
+  if (ctx.tool_format == ToolFormat::kHermes) {
+    syntax = {"<tool_call>\n", "\n</tool_call>", "\n", "arguments"};
+  } else if (ctx.tool_format == ToolFormat::kLlama3) {
+    syntax = {"", "", "", "parameters"};
+  } else {
+    bad_field("tool_choice", r.tool_choice +
+                                 " is supported for the hermes and llama3 tool-call formats; "
+                                 "this chat template's is " +
+                                 tool_format_name(ctx.tool_format));
+  }
+  if (r.s.json_object || r.s.json_schema)
+    bad_field("response_format", "cannot be combined with tool_choice " + r.tool_choice);
+  std::vector<std::pair<std::string, constrain::Grammar>> tools;
+  for (size_t i = 0; i < r.tools->size(); ++i) {
+    const ojson& f = (*r.tools)[i]["function"];
+    const std::string name = f["name"].get<std::string>();
+    if (r.tool_choice == "function" && name != r.tool_name) continue;
+    const std::string at = "tools[" + std::to_string(i) + "].function.parameters";
+    try {
+      tools.emplace_back(name, f.contains("parameters") && !f["parameters"].is_null()
+                                   ? constrain::compile_schema(json::parse(f["parameters"].dump()))
+                                   : constrain::any_json_grammar(/*object_only=*/true));
+    } catch (const lmx::Error& e) {
+      bad_field(at, e.what());
+    }
+  }
+  return std::make_shared<constrain::JsonConstraint>(
+      ctx.engine->token_table(),
+      constrain::tool_call_grammar(tools, syntax,
+                                   r.tool_choice == "required" && r.parallel_tool_calls),
+      ctx.engine->eos_ids());
+}
+
+}  // namespace
 
 PreparedChat prepare_chat(const Context& ctx, const ChatRequest& r) {
   check_model(ctx, r.s.model);
@@ -82,6 +145,8 @@ PreparedChat prepare_chat(const Context& ctx, const ChatRequest& r) {
   PreparedChat p;
   p.job = make_job(ctx, ctx.engine->tokenizer().encode(text, /*add_special_tokens=*/false), r.s,
                    "messages");
+  if (use_tools && (r.tool_choice == "required" || r.tool_choice == "function"))
+    p.job->options.constraint = forced_tool_calls(ctx, r);
   p.pipeline.stop = r.s.stop;
   p.pipeline.tool_format = ctx.tool_format;
   p.pipeline.parse_tools = use_tools;
@@ -90,6 +155,65 @@ PreparedChat prepare_chat(const Context& ctx, const ChatRequest& r) {
   p.pipeline.start_in_reasoning =
       open != std::string::npos && (close == std::string::npos || close < open);
   return p;
+}
+
+namespace {
+
+int port_of(const sockaddr_storage& a) {
+  if (a.ss_family == AF_INET) return ntohs(reinterpret_cast<const sockaddr_in&>(a).sin_port);
+  if (a.ss_family == AF_INET6) return ntohs(reinterpret_cast<const sockaddr_in6&>(a).sin6_port);
+  return -1;
+}
+
+// The numeric host, as cpp-httplib writes Request::remote_addr.
+std::string host_of(const sockaddr_storage& a, socklen_t len) {
+  char host[NI_MAXHOST];
+  if (getnameinfo(reinterpret_cast<const sockaddr*>(&a), len, host, sizeof host, nullptr, 0,
+                  NI_NUMERICHOST) != 0)
+    return "";
+  return host;
+}
+
+int connection_socket(const httplib::Request& req) {
+  DIR* dir = opendir("/proc/self/fd");
+  if (!dir) return -1;
+  int found = -1;
+  while (const dirent* e = readdir(dir)) {
+    char* end = nullptr;
+    const long fd = std::strtol(e->d_name, &end, 10);
+    if (end == e->d_name || *end) continue;
+    sockaddr_storage local{}, peer{};
+    socklen_t local_len = sizeof local, peer_len = sizeof peer;
+    if (getsockname(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&local), &local_len) != 0 ||
+        getpeername(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&peer), &peer_len) != 0)
+      continue;
+    if (port_of(local) == req.local_port && port_of(peer) == req.remote_port &&
+        host_of(peer, peer_len) == req.remote_addr) {
+      found = static_cast<int>(fd);
+      break;
+    }
+  }
+  closedir(dir);
+  return found;
+}
+
+bool peer_closed(int fd) {
+  pollfd p{fd, POLLIN | POLLRDHUP, 0};
+  if (poll(&p, 1, 0) <= 0) return false;
+  if (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) return true;
+  // Readable: either a pipelined request (data) or the end of the stream (0 bytes).
+  char c;
+  const ssize_t n = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+  return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
+}  // namespace
+
+std::function<bool()> client_connected(const httplib::Request& req) {
+  const int fd = connection_socket(req);
+  if (fd < 0) return [] { return true; };
+  // The worker thread that owns the socket is the one waiting in this handler: it stays open.
+  return [fd] { return !peer_closed(fd); };
 }
 
 std::string new_id(const std::string& prefix) {
@@ -255,6 +379,8 @@ int serve(const ServerOptions& o) {
   http.Post("/v1/completions", guarded(ctx, handle_completion));
   http.Post("/v1/messages", guarded(ctx, handle_messages));
   http.Post("/v1/messages/count_tokens", guarded(ctx, handle_count_tokens));
+  http.Post("/v1/embeddings", guarded(ctx, handle_embeddings));
+  http.Post("/embeddings", guarded(ctx, handle_embeddings));
 
   ctx.engine->start();
   check(http.bind_to_port(o.host, o.port), "serve", "cannot listen on ", o.host, ":", o.port);

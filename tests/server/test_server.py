@@ -18,11 +18,16 @@ import unittest
 from concurrent.futures import ThreadPoolExecutor
 
 import anthropic
+import jsonschema
+import numpy as np
 import openai
 
 BINARY = os.environ.get("LMX_BINARY", "build/lmx")
-MODEL = os.path.join(os.environ.get("LMX_TEST_DATA", "build/testdata"),
-                     "smollm2-135m-instruct-4bit")
+DATA = os.environ.get("LMX_TEST_DATA", "build/testdata")
+MODEL = os.path.join(DATA, "smollm2-135m-instruct-4bit")
+# A tiny random Qwen3 checkpoint and mlx-lm's Qwen3-Embedding vectors of its texts
+# (scripts/gen_embed_fixtures.py).
+EMBED_MODEL = os.path.join(DATA, "embed", "qwen3_embed_bf16")
 MAX = 6  # the model runs ~7 tokens/s on the CI CPU: keep answers short
 
 
@@ -33,11 +38,11 @@ def free_port():
 
 
 class Server:
-    def __init__(self, *flags):
+    def __init__(self, *flags, model=MODEL):
         self.port = free_port()
         # A file, not a pipe: a full pipe nobody reads would block the server's logging.
         self.log = tempfile.TemporaryFile()
-        self.proc = subprocess.Popen([BINARY, "serve", "--exact", "--model", MODEL, "--port", str(self.port),
+        self.proc = subprocess.Popen([BINARY, "serve", "--exact", "--model", model, "--port", str(self.port),
                                       *flags], stdout=subprocess.DEVNULL, stderr=self.log)
         deadline = time.time() + 120
         while time.time() < deadline:
@@ -67,6 +72,11 @@ class Server:
             return r.status, json.loads(raw)
         except ValueError:
             return r.status, raw
+
+    def log_text(self):
+        # pread: the server shares the file's offset, which a seek would move.
+        fd = self.log.fileno()
+        return os.pread(fd, os.fstat(fd).st_size, 0).decode(errors="replace")
 
     def stop(self):
         if self.proc.poll() is None:
@@ -282,6 +292,85 @@ class ServeTest(unittest.TestCase):
         s, e = self.server.request("POST", "/v1/messages", {"messages": chat("x")})
         self.assertEqual((s, e["type"], e["error"]["type"]), (400, "error", "invalid_request_error"))
 
+    def test_response_format_json_schema(self):
+        # Greedy answers under each schema: they must parse and validate (jsonschema), streamed
+        # the same as not.
+        schemas = [
+            {"type": "object", "properties": {
+                "city": {"enum": ["Paris", "London", "Berlin"]},
+                "capital": {"type": "boolean"}}, "required": ["city", "capital"]},
+            {"type": "array", "items": {"type": "integer"}, "minItems": 2, "maxItems": 3},
+            {"type": "object", "properties": {
+                "tag": {"type": "string", "minLength": 1, "maxLength": 4},
+                "owner": {"anyOf": [{"type": "null"}, {"$ref": "#/$defs/id"}]}},
+             "required": ["tag", "owner"], "$defs": {"id": {"type": "integer"}}},
+        ]
+        msgs = chat("Answer in JSON: which city is the capital of France?")
+        for i, schema in enumerate(schemas):
+            rf = {"type": "json_schema",
+                  "json_schema": {"name": f"s{i}", "schema": schema, "strict": True}}
+            r = self.oai.chat.completions.create(model=MODEL, messages=msgs, temperature=0,
+                                                 max_tokens=48, response_format=rf)
+            text = r.choices[0].message.content
+            self.assertEqual(r.choices[0].finish_reason, "stop", text)
+            jsonschema.validate(json.loads(text), schema)
+            if i == 0:
+                chunks = list(self.oai.chat.completions.create(
+                    model=MODEL, messages=msgs, temperature=0, max_tokens=48,
+                    response_format=rf, stream=True))
+                self.assertEqual("".join(c.choices[0].delta.content or "" for c in chunks), text)
+                self.assertEqual(chunks[-1].choices[0].finish_reason, "stop")
+        # json_object, and /v1/completions, sampled with a seed.
+        r = self.oai.chat.completions.create(model=MODEL, messages=msgs, temperature=0,
+                                             max_tokens=16, response_format={"type": "json_object"})
+        text = r.choices[0].message.content
+        if r.choices[0].finish_reason == "stop":
+            self.assertIsInstance(json.loads(text), dict)
+        else:  # json_object bounds no length: only a cut-off value may fail to parse
+            self.assertEqual(r.usage.completion_tokens, 16, text)
+        r = self.oai.completions.create(model=MODEL, prompt="Two numbers:", max_tokens=24,
+                                        temperature=0.7, seed=3,
+                                        extra_body={"response_format": {
+                                            "type": "json_schema",
+                                            "json_schema": {"name": "n", "schema": schemas[1]}}})
+        self.assertEqual(r.choices[0].finish_reason, "stop", r.choices[0].text)
+        jsonschema.validate(json.loads(r.choices[0].text), schemas[1])
+
+    def test_response_format_errors(self):
+        bad = {"type": "object", "properties": {"zip": {"type": "string", "pattern": "[0-9]+"}}}
+        with self.assertRaises(openai.BadRequestError) as cm:
+            self.oai.chat.completions.create(
+                model=MODEL, messages=chat("x"),
+                response_format={"type": "json_schema", "json_schema": {"name": "z", "schema": bad}})
+        self.assertEqual(cm.exception.body["param"], "response_format.json_schema.schema")
+        self.assertIn("unsupported keyword 'pattern' at #/properties/zip",
+                      cm.exception.body["message"])
+        for rf, param in (({"type": "yaml"}, "response_format.type"),
+                          ({"type": "json_schema"}, "response_format.json_schema"),
+                          ({"type": "json_schema", "json_schema": {"schema": {"minimum": 1}}},
+                           "response_format.json_schema.schema")):
+            s, e = self.server.request("POST", "/v1/chat/completions",
+                                       {"messages": chat("x"), "response_format": rf})
+            self.assertEqual((s, e["error"]["param"]), (400, param), e)
+        # This model's template names no tool-call format: forcing a call is refused.
+        for choice in ("required", {"type": "function", "function": {"name": "get_weather"}}):
+            with self.assertRaises(openai.BadRequestError) as cm:
+                self.oai.chat.completions.create(model=MODEL, messages=chat("x"), tools=TOOLS,
+                                                 tool_choice=choice)
+            self.assertEqual(cm.exception.body["param"], "tool_choice")
+            self.assertIn("hermes and llama3", cm.exception.body["message"])
+
+    def test_embeddings_of_a_chat_model(self):
+        # Served for any model: the final norm's state at the last token, normalized (what
+        # mlx_lm's model.model returns), on the text plus the end-of-text token.
+        import mlx.core as mx
+        ids = self.ref.tok.encode("Paris") + [self.ref.tok.convert_tokens_to_ids("<|endoftext|>")]
+        h = self.ref.model.model(mx.array([ids]))[0, -1].astype(mx.float32)
+        want = np.array(h / mx.linalg.norm(h))
+        r = self.oai.embeddings.create(model=MODEL, input="Paris")
+        np.testing.assert_array_equal(np.array(r.data[0].embedding, dtype=np.float32), want)
+        self.assertEqual(r.usage.prompt_tokens, len(ids))
+
     def test_concurrent_clients_match_serial(self):
         prompts = [f"Count to {i}." for i in range(16)]
         ask = lambda p: self.oai.chat.completions.create(
@@ -306,6 +395,26 @@ class ServeTest(unittest.TestCase):
         r = self.oai.completions.create(model=MODEL, prompt="Hi", max_tokens=1)
         self.assertEqual(r.usage.completion_tokens, 1)
         self.assertLess(time.time() - t, 60)
+
+    def test_disconnect_cancels_non_streaming_requests(self):
+        # Nothing is written before the end: the server polls the connection between tokens.
+        cancelled = lambda: self.server.log_text().count("; cancelled")
+        for path, body in (("/v1/completions", {"prompt": "Once upon a time"}),
+                           ("/v1/chat/completions", {"messages": chat("Tell a story.")}),
+                           ("/v1/messages", {"messages": chat("Tell a story.")})):
+            before = cancelled()
+            conn = http.client.HTTPConnection("127.0.0.1", self.server.port, timeout=300)
+            conn.request("POST", path, json.dumps({**body, "max_tokens": 4000,
+                                                   "ignore_eos": True}),
+                         {"Content-Type": "application/json"})
+            conn.sock.shutdown(socket.SHUT_RDWR)
+            conn.close()
+            # Queued behind the abandoned job: answered once the engine dropped it.
+            t = time.time()
+            r = self.oai.completions.create(model=MODEL, prompt="Hi", max_tokens=1)
+            self.assertEqual(r.usage.completion_tokens, 1)
+            self.assertLess(time.time() - t, 60, path)
+            self.assertEqual(cancelled(), before + 1, path)
 
 
 # A prompt of three Hermes tool calls: the model continues the pattern with a fourth.
@@ -383,6 +492,50 @@ class ModelWrittenFormatsTest(unittest.TestCase):
                           for b in msg.content],
                          [("thinking", self.want_reasoning), ("text", self.want_answer)])
 
+    def test_forced_tool_choice(self):
+        # The prompt makes the model call get_weather; a named get_time must win, with
+        # arguments valid against its parameters, and required must give a listed tool.
+        client = openai.OpenAI(base_url=self.server.url + "/v1", api_key="none")
+        time_params = {"type": "object", "properties": {
+            "timezone": {"enum": ["UTC", "CET", "PST"]}, "hour24": {"type": "boolean"}},
+            "required": ["timezone"]}
+        tools = TOOLS + [{"type": "function", "function": {"name": "get_time",
+                                                           "parameters": time_params}}]
+        schemas = {t["function"]["name"]: t["function"]["parameters"] for t in tools}
+        args = dict(model=MODEL, messages=chat("time?"), tools=tools, max_tokens=40,
+                    temperature=0)
+        named = {"type": "function", "function": {"name": "get_time"}}
+        r = client.chat.completions.create(**args, tool_choice=named)
+        self.assertEqual(r.choices[0].finish_reason, "tool_calls", r.choices[0].message)
+        self.assertIsNone(r.choices[0].message.content)
+        (call,) = r.choices[0].message.tool_calls
+        self.assertEqual(call.function.name, "get_time")
+        jsonschema.validate(json.loads(call.function.arguments), time_params)
+        # required, streamed, one call (parallel_tool_calls false): any listed tool.
+        chunks = list(client.chat.completions.create(**args, tool_choice="required", stream=True,
+                                                     parallel_tool_calls=False))
+        calls = [tc for c in chunks for tc in (c.choices[0].delta.tool_calls or [])]
+        self.assertEqual(len(calls), 1)
+        self.assertIn(calls[0].function.name, schemas)
+        jsonschema.validate(json.loads(calls[0].function.arguments),
+                            schemas[calls[0].function.name])
+        self.assertEqual(chunks[-1].choices[0].finish_reason, "tool_calls")
+        self.assertFalse("".join(c.choices[0].delta.content or "" for c in chunks))
+        # Anthropic's {type: tool} maps onto the named function (the same constraint).
+        s, m = self.server.request("POST", "/v1/messages", {
+            "max_tokens": 40, "messages": chat("time?"), "tool_choice": {"type": "tool", "name": "nope"},
+            "tools": [{"name": "get_time", "input_schema": time_params}]})
+        self.assertEqual((s, m["type"]), (400, "error"))
+        self.assertIn("nope", m["error"]["message"])
+        # A parameters schema the constraint cannot enforce: 400 naming the tool and keyword.
+        bad = [{"type": "function", "function": {"name": "f", "parameters": {
+            "type": "object", "properties": {"n": {"type": "integer", "minimum": 0}}}}}]
+        with self.assertRaises(openai.BadRequestError) as cm:
+            client.chat.completions.create(model=MODEL, messages=chat("x"), tools=bad,
+                                           tool_choice="required")
+        self.assertEqual(cm.exception.body["param"], "tools[0].function.parameters")
+        self.assertIn("unsupported keyword 'minimum'", cm.exception.body["message"])
+
     def test_anthropic_tool_use(self):
         client = anthropic.Anthropic(base_url=self.server.url, api_key="none")
         args = dict(model=MODEL, max_tokens=40, messages=chat("weather?"), stop_sequences=["\n"],
@@ -396,6 +549,66 @@ class ModelWrittenFormatsTest(unittest.TestCase):
         (block,) = [b for b in final.content if b.type == "tool_use"]
         self.assertEqual((block.name, block.input), (self.want["name"], self.want["arguments"]))
         self.assertEqual(final.stop_reason, "tool_use")
+
+
+class EmbeddingsTest(unittest.TestCase):
+    """POST /v1/embeddings on a Qwen3-Embedding checkpoint against mlx-lm's vectors: bit-identical
+    under --exact, as tests/models/test_embed.cpp asks of the library."""
+
+    @classmethod
+    def setUpClass(cls):
+        import mlx.core as mx
+        with open(os.path.join(EMBED_MODEL, "reference.json")) as f:
+            meta = json.load(f)
+        cls.texts, cls.ids = meta["texts"], meta["ids"]
+        ref = mx.load(os.path.join(EMBED_MODEL, "reference.safetensors"))
+        cls.want = [np.array(ref[f"embedding_{i}"]) for i in range(len(cls.texts))]
+        cls.server = Server(model=EMBED_MODEL)
+        cls.oai = openai.OpenAI(base_url=cls.server.url + "/v1", api_key="none")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.server.stop()
+
+    def assert_vectors(self, got, want):
+        self.assertEqual(len(got), len(want))
+        for g, w in zip(got, want):
+            np.testing.assert_array_equal(np.asarray(g, dtype=np.float32), w)
+
+    def test_texts_and_token_ids_match_mlx_lm(self):
+        # The client asks for base64 and decodes it with numpy.
+        r = self.oai.embeddings.create(model=EMBED_MODEL, input=self.texts)
+        self.assertEqual([d.index for d in r.data], list(range(len(self.texts))))
+        self.assert_vectors([d.embedding for d in r.data], self.want)
+        self.assertEqual(r.usage.prompt_tokens, sum(len(i) for i in self.ids))
+        r = self.oai.embeddings.create(model=EMBED_MODEL, input=self.ids[1:3],
+                                       encoding_format="float")
+        self.assert_vectors([d.embedding for d in r.data], self.want[1:3])
+        s, body = self.server.request("POST", "/v1/embeddings", {"input": self.texts[0]})
+        self.assertEqual(s, 200)
+        self.assertEqual(body["object"], "list")
+        self.assert_vectors([body["data"][0]["embedding"]], self.want[:1])
+        s, body = self.server.request("POST", "/v1/embeddings", {"input": self.ids[4]})
+        self.assert_vectors([body["data"][0]["embedding"]], self.want[4:])
+        dims = len(self.want[0])
+        r = self.oai.embeddings.create(model=EMBED_MODEL, input="a", dimensions=dims)
+        self.assert_vectors([r.data[0].embedding], self.want[2:3])
+
+    def test_errors(self):
+        dims = len(self.want[0])
+        for body, param in (({"input": ""}, "input"), ({"input": []}, "input"),
+                            ({"input": [[]]}, "input[0]"), ({"input": {"a": 1}}, "input"),
+                            ({"input": ["a", 2]}, "input[1]"), ({"input": [1, "a"]}, "input"),
+                            ({"input": [10 ** 6]}, "input"), ({}, "input"),
+                            ({"input": "a", "encoding_format": "int8"}, "encoding_format"),
+                            ({"input": "a", "dimensions": dims // 2}, "dimensions")):
+            s, e = self.server.request("POST", "/v1/embeddings", body)
+            self.assertEqual((s, e["error"]["param"]), (400, param), (body, e))
+        with self.assertRaises(openai.NotFoundError):
+            self.oai.embeddings.create(model="text-embedding-3-small", input="a")
+        # The checkpoint has no chat template: chat is a clear 400, not a crash.
+        s, e = self.server.request("POST", "/v1/chat/completions", {"messages": chat("x")})
+        self.assertEqual((s, e["error"]["param"]), (400, "messages"))
 
 
 class FlagsTest(unittest.TestCase):

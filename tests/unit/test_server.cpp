@@ -227,11 +227,65 @@ TEST(ServerRequests, ErrorsNameTheField) {
   EXPECT_EQ(bad_param("{" + msgs + R"(, "stop": [1]})"), "stop");
   EXPECT_EQ(bad_param("{" + msgs + R"(, "tools": [{"type": "function"}]})"), "tools");
   EXPECT_EQ(bad_param("{" + msgs + R"(, "top_logprobs": 3})"), "top_logprobs");
+  EXPECT_EQ(bad_param("{" + msgs + R"(, "response_format": {"type": "xml"}})"),
+            "response_format.type");
+  EXPECT_EQ(bad_param("{" + msgs + R"(, "response_format": "json"})"), "response_format");
+  EXPECT_EQ(bad_param("{" + msgs + R"(, "response_format": {"type": "json_schema"}})"),
+            "response_format.json_schema");
+  EXPECT_EQ(
+      bad_param("{" + msgs + R"(, "response_format": {"type": "json_schema", "json_schema": {}}})"),
+      "response_format.json_schema.schema");
   EXPECT_EQ(bad_param("{" + msgs + R"(, "response_format": {"type": "json_object"}})"),
-            "response_format");
+            "(accepted)");
+  EXPECT_EQ(bad_param("{" + msgs + R"(, "tool_choice": "required"})"), "tool_choice");
+  const std::string tools = R"(, "tools": [{"type": "function", "function": {"name": "f"}}])";
+  EXPECT_EQ(bad_param("{" + msgs + tools +
+                      R"(, "tool_choice": {"type": "function", "function": {"name": "g"}}})"),
+            "tool_choice");
+  EXPECT_EQ(bad_param("{" + msgs + tools + R"(, "tool_choice": {"type": "function"}})"),
+            "tool_choice");
+  EXPECT_EQ(bad_param("{" + msgs + tools +
+                      R"(, "tool_choice": {"type": "function", "function": {"name": "f"}}})"),
+            "(accepted)");
   EXPECT_EQ(bad_param(R"({"prompt": {"a": 1}})", false), "prompt");
   EXPECT_EQ(bad_param(R"({"prompt": "x", "logprobs": 99})", false), "logprobs");
   EXPECT_EQ(bad_param("{" + msgs + R"(, "max_tokens": 3, "stop": "x"})"), "(accepted)");
+}
+
+std::string bad_embedding_param(const std::string& body) {
+  try {
+    parse_embedding_request(parse_body(body));
+  } catch (const ApiError& e) {
+    EXPECT_EQ(e.status, 400);
+    EXPECT_NE(std::string(e.what()).find(e.param), std::string::npos) << e.what();
+    return e.param;
+  }
+  return "(accepted)";
+}
+
+TEST(ServerRequests, EmbeddingInputShapes) {
+  EmbeddingRequest r = parse_embedding_request(parse_body(R"({"input": "a"})"));
+  EXPECT_EQ(r.texts, std::vector<std::string>{"a"});
+  EXPECT_FALSE(r.base64);
+  r = parse_embedding_request(parse_body(R"({"input": ["a", "b"], "encoding_format": "base64"})"));
+  EXPECT_EQ(r.texts, (std::vector<std::string>{"a", "b"}));
+  EXPECT_TRUE(r.base64);
+  r = parse_embedding_request(parse_body(R"({"input": [1, 2, 3]})"));
+  EXPECT_EQ(r.token_ids, (std::vector<std::vector<int>>{{1, 2, 3}}));
+  r = parse_embedding_request(parse_body(R"({"input": [[1], [2, 3]], "dimensions": 8})"));
+  EXPECT_EQ(r.token_ids, (std::vector<std::vector<int>>{{1}, {2, 3}}));
+  EXPECT_EQ(r.dimensions, 8);
+  EXPECT_EQ(bad_embedding_param("{}"), "input");
+  EXPECT_EQ(bad_embedding_param(R"({"input": ""})"), "input");
+  EXPECT_EQ(bad_embedding_param(R"({"input": []})"), "input");
+  EXPECT_EQ(bad_embedding_param(R"({"input": 5})"), "input");
+  EXPECT_EQ(bad_embedding_param(R"({"input": ["a", 1]})"), "input[1]");
+  EXPECT_EQ(bad_embedding_param(R"({"input": ["a", ""]})"), "input[1]");
+  EXPECT_EQ(bad_embedding_param(R"({"input": [[1], []]})"), "input[1]");
+  EXPECT_EQ(bad_embedding_param(R"({"input": [[1], [1.5]]})"), "input[1]");
+  EXPECT_EQ(bad_embedding_param(R"({"input": [1, "a"]})"), "input");
+  EXPECT_EQ(bad_embedding_param(R"({"input": "a", "encoding_format": "int8"})"), "encoding_format");
+  EXPECT_EQ(bad_embedding_param(R"({"input": "a", "dimensions": 0})"), "dimensions");
 }
 
 TEST(ServerRequests, FieldsReachTheOptions) {
@@ -285,6 +339,33 @@ TEST(ServerRequests, AnthropicToOpenAIMessages) {
   } catch (const ApiError& e) {
     EXPECT_EQ(e.param, "max_tokens");
   }
+}
+
+TEST(ServerRequests, ToolChoiceAndResponseFormat) {
+  const std::string a = R"({"max_tokens": 5, "messages": [{"role": "user", "content": "x"}],
+      "tools": [{"name": "w", "input_schema": {"type": "object"}}], "tool_choice": )";
+  ChatRequest r = parse_anthropic_request(parse_body(a + R"({"type": "any"}})"), {});
+  EXPECT_EQ(r.tool_choice, "required");
+  EXPECT_TRUE(r.parallel_tool_calls);
+  r = parse_anthropic_request(
+      parse_body(a + R"({"type": "tool", "name": "w", "disable_parallel_tool_use": true}})"), {});
+  EXPECT_EQ((r.tool_choice + ":" + r.tool_name), "function:w");
+  EXPECT_FALSE(r.parallel_tool_calls);
+  EXPECT_THROW(parse_anthropic_request(parse_body(a + R"({"type": "tool", "name": "q"}})"), {}),
+               ApiError);
+  EXPECT_THROW(parse_anthropic_request(parse_body(a + R"({"type": "sometimes"}})"), {}), ApiError);
+  r = parse_chat_request(parse_body(R"({"messages": [{"role": "user", "content": "x"}],
+      "response_format": {"type": "json_schema", "json_schema": {"name": "n", "strict": true,
+      "schema": {"type": "object", "properties": {"a": {"type": "integer"}}}}},
+      "parallel_tool_calls": false})"),
+                         {});
+  ASSERT_TRUE(r.s.json_schema);
+  EXPECT_EQ((*r.s.json_schema)["properties"]["a"]["type"], "integer");
+  EXPECT_FALSE(r.s.json_object);
+  EXPECT_FALSE(r.parallel_tool_calls);
+  const CompletionRequest c = parse_completion_request(
+      parse_body(R"({"prompt": "x", "response_format": {"type": "json_object"}})"), {});
+  EXPECT_TRUE(c.s.json_object);
 }
 
 // A one-layer cache holding `n` tokens of (1, 1, n, 4) float K/V.
