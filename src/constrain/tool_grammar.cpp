@@ -52,4 +52,11 @@ Grammar tool_call_grammar(const std::vector<std::pair<std::string, Grammar>>& to
   return g;
 }
 
+Grammar after_text(const std::string& text, Grammar g) {
+  if (text.empty()) return g;
+  const int lit = literal(g, text);
+  g.root = node_of(g, Kind::Sequence, {lit, g.root});
+  return g;
+}
+
 }  // namespace lmx::constrain

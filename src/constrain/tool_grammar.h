@@ -24,4 +24,8 @@ struct ToolCallSyntax {
 Grammar tool_call_grammar(const std::vector<std::pair<std::string, Grammar>>& tools,
                           const ToolCallSyntax& syntax, bool parallel);
 
+// `text` verbatim, then a value of `g` (a prompt that ends inside an open <think>: the constraint
+// closes it first, so that the value lands in the answer). Empty text: `g` unchanged.
+Grammar after_text(const std::string& text, Grammar g);
+
 }  // namespace lmx::constrain

@@ -36,8 +36,11 @@ struct PreparedChat {
 
 // Renders the template, tokenizes, checks the model name and the context length.
 PreparedChat prepare_chat(const Context& ctx, const ChatRequest& r);
+// With response_format, the job gets its constraint; `constraint_prefix` is text the output is
+// forced to begin with first (closing an open <think>).
 std::shared_ptr<Job> make_job(const Context& ctx, std::vector<int> prompt, const SamplingRequest& s,
-                              const std::string& prompt_field);
+                              const std::string& prompt_field,
+                              const std::string& constraint_prefix = "");
 void check_model(const Context& ctx, const std::string& model);
 
 // For non-streaming responses, which write nothing until the end: a check that the client is

@@ -35,7 +35,8 @@ void check_model(const Context& ctx, const std::string& model) {
 }
 
 std::shared_ptr<Job> make_job(const Context& ctx, std::vector<int> prompt, const SamplingRequest& s,
-                              const std::string& prompt_field) {
+                              const std::string& prompt_field,
+                              const std::string& constraint_prefix) {
   if (prompt.empty()) bad_field(prompt_field, "gives an empty prompt");
   const int vocab = ctx.engine->vocab_size();
   for (int t : prompt)
@@ -76,7 +77,8 @@ std::shared_ptr<Job> make_job(const Context& ctx, std::vector<int> prompt, const
       g = constrain::any_json_grammar(/*object_only=*/true);
     }
     job->options.constraint = std::make_shared<constrain::JsonConstraint>(
-        ctx.engine->token_table(), std::move(g), ctx.engine->eos_ids());
+        ctx.engine->token_table(), constrain::after_text(constraint_prefix, std::move(g)),
+        ctx.engine->eos_ids());
   }
   return job;
 }
@@ -86,7 +88,8 @@ namespace {
 // tool_choice required / a named function: a constraint that makes the output tool calls in the
 // template's format (Hermes and Llama 3's bare JSON object; the others' markers are special
 // tokens the constraint cannot write, or not JSON).
-std::shared_ptr<TokenConstraint> forced_tool_calls(const Context& ctx, const ChatRequest& r) {
+std::shared_ptr<TokenConstraint> forced_tool_calls(const Context& ctx, const ChatRequest& r,
+                                                   const std::string& prefix) {
   constrain::ToolCallSyntax syntax;
   if (ctx.tool_format == ToolFormat::kHermes) {
     syntax = {"<tool_call>\n", "\n</tool_call>", "\n", "arguments"};
@@ -116,8 +119,9 @@ std::shared_ptr<TokenConstraint> forced_tool_calls(const Context& ctx, const Cha
   }
   return std::make_shared<constrain::JsonConstraint>(
       ctx.engine->token_table(),
-      constrain::tool_call_grammar(tools, syntax,
-                                   r.tool_choice == "required" && r.parallel_tool_calls),
+      constrain::after_text(
+          prefix, constrain::tool_call_grammar(
+                      tools, syntax, r.tool_choice == "required" && r.parallel_tool_calls)),
       ctx.engine->eos_ids());
 }
 
@@ -143,17 +147,19 @@ PreparedChat prepare_chat(const Context& ctx, const ChatRequest& r) {
     throw ApiError(400, std::string("the chat template failed: ") + e.what(), "messages");
   }
   PreparedChat p;
+  const size_t open = text.rfind("<think>"), close = text.rfind("</think>");
+  p.pipeline.start_in_reasoning =
+      open != std::string::npos && (close == std::string::npos || close < open);
+  // A constrained answer skips the open reasoning block: the constraint closes it first.
+  const std::string prefix = p.pipeline.start_in_reasoning ? "</think>\n\n" : "";
   p.job = make_job(ctx, ctx.engine->tokenizer().encode(text, /*add_special_tokens=*/false), r.s,
-                   "messages");
+                   "messages", prefix);
   if (use_tools && (r.tool_choice == "required" || r.tool_choice == "function"))
-    p.job->options.constraint = forced_tool_calls(ctx, r);
+    p.job->options.constraint = forced_tool_calls(ctx, r, prefix);
   p.pipeline.stop = r.s.stop;
   p.pipeline.tool_format = ctx.tool_format;
   p.pipeline.parse_tools = use_tools;
   p.pipeline.split_reasoning = true;
-  const size_t open = text.rfind("<think>"), close = text.rfind("</think>");
-  p.pipeline.start_in_reasoning =
-      open != std::string::npos && (close == std::string::npos || close < open);
   return p;
 }
 

@@ -484,6 +484,13 @@ class ModelWrittenFormatsTest(unittest.TestCase):
         self.assertEqual("".join(getattr(d, "reasoning_content", None) or "" for d in deltas),
                          self.want_reasoning)
         self.assertEqual("".join(d.content or "" for d in deltas), self.want_answer)
+        # A constrained answer closes the open <think> first: the JSON is the content.
+        rf = {"type": "json_schema", "json_schema": {"name": "d", "schema": {
+            "enum": ["Cake", "Pie"]}}}
+        m = client.chat.completions.create(**{**args, "stop": None}, response_format=rf).choices[0]
+        self.assertEqual(m.finish_reason, "stop")
+        self.assertFalse(getattr(m.message, "reasoning_content", None))
+        self.assertIn(json.loads(m.message.content), ["Cake", "Pie"])
         claude = anthropic.Anthropic(base_url=self.server.url, api_key="none")
         msg = claude.messages.create(model=MODEL, max_tokens=24, messages=chat("dessert?"),
                                      stop_sequences=["\n"], extra_body={

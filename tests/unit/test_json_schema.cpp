@@ -92,6 +92,11 @@ TEST(JsonSchema, ToolCallGrammar) {
   EXPECT_TRUE(llama.matches("{\"name\": \"f\", \"parameters\": {\"n\": -1.5}}"));
   EXPECT_FALSE(llama.matches("{\"name\": \"f\", \"arguments\": {\"n\": -1.5}}"));
   EXPECT_THROW(tool_call_grammar({}, hermes, false), Error);
+  JsonAutomaton closed(after_text("</think>\n\n", args(R"({"enum": [1, "a"]})")));
+  EXPECT_TRUE(closed.matches("</think>\n\n\"a\""));
+  EXPECT_TRUE(closed.matches("</think>\n\n1"));  // a number may end the text
+  EXPECT_FALSE(closed.matches("\"a\""));
+  EXPECT_FALSE(closed.matches("</think>\n\n2"));
 }
 
 void expect_error(const std::string& schema, const std::string& needle) {
