@@ -1,5 +1,7 @@
 #include "server/requests.h"
 
+#include <limits>
+
 #include "server/api_error.h"
 
 namespace lmx::server {
@@ -382,7 +384,7 @@ ChatRequest parse_anthropic_request(const ojson& b, const SamplingDefaults& d) {
       bad_field("tool_choice", "must be {type: auto | any | tool | none}");
     }
     // disable_parallel_tool_use: at most one tool_use block.
-    if (tc.value("disable_parallel_tool_use", false)) r.parallel_tool_calls = false;
+    if (boolean(tc, "disable_parallel_tool_use").value_or(false)) r.parallel_tool_calls = false;
     check_tool_choice(r);
   }
   r.template_kwargs = template_kwargs(b);
@@ -403,7 +405,10 @@ EmbeddingRequest parse_embedding_request(const ojson& b) {
     std::vector<int> ids;
     for (const auto& t : a) {
       if (!t.is_number_integer()) bad_field(at, "a token list must hold integers only");
-      ids.push_back(t.get<int>());
+      const long long id = t.get<long long>();
+      if (id < 0 || id > std::numeric_limits<int>::max())
+        bad_field(at, "has token id " + t.dump() + " outside the vocabulary");
+      ids.push_back(static_cast<int>(id));
     }
     if (ids.empty()) bad_field(at, "is an empty token list");
     return ids;

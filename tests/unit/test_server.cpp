@@ -284,6 +284,7 @@ TEST(ServerRequests, EmbeddingInputShapes) {
   EXPECT_EQ(bad_embedding_param(R"({"input": [[1], []]})"), "input[1]");
   EXPECT_EQ(bad_embedding_param(R"({"input": [[1], [1.5]]})"), "input[1]");
   EXPECT_EQ(bad_embedding_param(R"({"input": [1, "a"]})"), "input");
+  EXPECT_EQ(bad_embedding_param(R"({"input": [4294967297]})"), "input");  // not 1 after a wrap
   EXPECT_EQ(bad_embedding_param(R"({"input": "a", "encoding_format": "int8"})"), "encoding_format");
   EXPECT_EQ(bad_embedding_param(R"({"input": "a", "dimensions": 0})"), "dimensions");
 }
