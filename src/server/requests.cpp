@@ -44,6 +44,14 @@ std::vector<std::string> string_list(const ojson& b, const char* key) {
   return out;
 }
 
+// An integer token id; past int's range it is out of any vocabulary (not wrapped into one).
+int token_id(const ojson& t, const std::string& field) {
+  const long long id = t.get<long long>();
+  if (id < 0 || id > std::numeric_limits<int>::max())
+    bad_field(field, "has token id " + t.dump() + " outside the vocabulary");
+  return static_cast<int>(id);
+}
+
 // OpenAI's {type: text} | {type: json_object} | {type: json_schema, json_schema: {name, schema,
 // strict}}; the schema is compiled when the job is made (make_job).
 void response_format(const ojson& b, SamplingRequest& s) {
@@ -259,7 +267,7 @@ CompletionRequest parse_completion_request(const ojson& b, const SamplingDefault
   } else if (p.is_array() && !p.empty() && p[0].is_number_integer()) {
     for (const auto& t : p) {
       if (!t.is_number_integer()) bad_field("prompt", "a token list must hold integers only");
-      r.prompt_tokens.push_back(t.get<int>());
+      r.prompt_tokens.push_back(token_id(t, "prompt"));
     }
   } else if (p.is_array() && p.size() == 1 && p[0].is_string()) {
     r.prompt = p[0].get<std::string>();
@@ -405,10 +413,7 @@ EmbeddingRequest parse_embedding_request(const ojson& b) {
     std::vector<int> ids;
     for (const auto& t : a) {
       if (!t.is_number_integer()) bad_field(at, "a token list must hold integers only");
-      const long long id = t.get<long long>();
-      if (id < 0 || id > std::numeric_limits<int>::max())
-        bad_field(at, "has token id " + t.dump() + " outside the vocabulary");
-      ids.push_back(static_cast<int>(id));
+      ids.push_back(token_id(t, at));
     }
     if (ids.empty()) bad_field(at, "is an empty token list");
     return ids;

@@ -249,6 +249,7 @@ TEST(ServerRequests, ErrorsNameTheField) {
             "(accepted)");
   EXPECT_EQ(bad_param(R"({"prompt": {"a": 1}})", false), "prompt");
   EXPECT_EQ(bad_param(R"({"prompt": "x", "logprobs": 99})", false), "logprobs");
+  EXPECT_EQ(bad_param(R"({"prompt": [4294967297]})", false), "prompt");
   EXPECT_EQ(bad_param("{" + msgs + R"(, "max_tokens": 3, "stop": "x"})"), "(accepted)");
 }
 
