@@ -97,6 +97,30 @@ for c in "${CUDA_HOME:-}" "${CUDA_PATH:-}" /usr/local/cuda "$prefix/nvidia/cu13"
 done
 [[ -n "$cuda_home" ]] && say "CUDA headers: $cuda_home/include" ||
   say "warning: no cuda_runtime.h found: MLX's JIT will fail (set CUDA_HOME)"
+# NVRTC 13 also searches the include/ beside its own library, before --include-path. The
+# nvidia-cu13 wheel's include/ has mma.h but not the crt/ it includes, so every kernel that
+# includes mma.h (MLX's qmm_sm90_*) fails with `cannot open source file "crt/mma.h"`, in Python
+# as in lmx (docs/gpu.md). Make <prefix>/nvidia/cu13 a directory whose lib/ is the wheel's and
+# whose include/ is the toolkit's complete one.
+cu13="$prefix/nvidia/cu13"
+if [[ -L "$cu13" && -f "$cu13/include/mma.h" && ! -f "$cu13/include/crt/mma.h" ]]; then
+  full=""
+  for c in "$cuda_home/include" /usr/local/cuda/targets/x86_64-linux/include; do
+    if [[ -f "$c/crt/mma.h" ]]; then full="$(cd "$c" && pwd -P)"; break; fi
+  done
+  if [[ -n "$full" ]]; then
+    wheel="$(readlink -f "$cu13")"
+    rm "$cu13" && mkdir "$cu13"
+    for e in "$wheel"/*; do
+      [[ "$(basename "$e")" == include ]] || ln -s "$e" "$cu13/$(basename "$e")"
+    done
+    ln -s "$full" "$cu13/include"
+    say "NVRTC headers: $cu13/include -> $full (the wheel's lacks crt/mma.h)"
+  else
+    say "warning: $cu13/include lacks crt/mma.h and no complete CUDA include dir was found:" \
+      "MLX's sm90 quantized kernels will not compile"
+  fi
+fi
 
 cuda_line=""
 [[ -n "$cuda_home" ]] && cuda_line="export CUDA_HOME=\"$cuda_home\""
