@@ -121,6 +121,7 @@ int cmd_bench(const Args& args) {
       {"seed", "seed of the random prompt", false, "S", "0"},
       {"json", "print one JSON line instead of text", true},
       {"exact", "tier L1: stock MLX ops, bit-exact with mlx-lm (default: the fast tier L3)", true},
+      adapter_path_flag(),
   };
   for (auto& spec : kv_cache_flags()) specs.push_back(spec);
   for (auto& spec : tensor_parallel_flags()) specs.push_back(spec);
@@ -144,7 +145,8 @@ int cmd_bench(const Args& args) {
   if (launched_ranks(f, "bench", args)) return 0;
   // Every rank draws the same random prompts (same seed) and runs the same steps.
   const int tp = tensor_parallel_size(f);
-  LanguageModel model = LanguageModel::load(dir, {.exact = f.on("exact"), .tensor_parallel = tp});
+  LanguageModel model = LanguageModel::load(
+      dir, {.exact = f.on("exact"), .tensor_parallel = tp, .adapter_path = adapter_path(f)});
   notify_rank_ready();
   GenerateOptions opt;
   set_kv_cache_options(f, model, opt);

@@ -15,6 +15,7 @@ SwitchLinear SwitchLinear::load(WeightStore& w, const std::string& path, int in,
     l.weight = w.take(path + ".weight", {experts, out, in});
   }
   if (has_bias) l.bias = w.take(path + ".bias", {experts, out});
+  if (w.adapters()) w.adapters()->unsupported(path, "SwitchLinear");
   return l;
 }
 
