@@ -38,6 +38,7 @@ import gen_tiny_models as tiny  # noqa: E402
 from gen_tiny_models import (  # noqa: E402
     GEMMA3,
     GEMMA3_TEXT,
+    GEMMA4_MOE,
     GEMMA4_TEXT,
     LLAMA,
     QWEN2,
@@ -136,6 +137,16 @@ ROWS = [
              adapter(num_layers=2, rank=4, scale=2.0, keys=["self_attn.v_proj", "mlp.up_proj"]),
              tied_head=True),
     lora_row("gemma4_text_lora", GEMMA4_TEXT, 22, 8, adapter(num_layers=3, rank=4, scale=1.0)),
+    # gemma4 MoE: router.proj and the experts' SwitchLinears (LoRASwitchLinear), unsorted and
+    # sorted (L * top_k >= 64) expert rows
+    lora_row("gemma4_moe_f32_lora", GEMMA4_MOE, 30, 8, adapter(num_layers=2, rank=4, scale=1.0),
+             dtype="float32"),
+    lora_row("gemma4_moe_sorted_f32_lora", GEMMA4_MOE, 41, 2048,
+             adapter(num_layers=1, rank=4, scale=1.0,
+                     keys=["experts.switch_glu.gate_proj", "experts.switch_glu.down_proj"]),
+             dtype="float32"),
+    lora_row("gemma4_moe_q4_lora", GEMMA4_MOE, 30, 8, adapter(num_layers=2, rank=4, scale=1.0),
+             quant=q(4)),
 ]
 
 

@@ -110,6 +110,13 @@ mx::array LoRAEmbedding::as_linear(const mx::array& x, const mx::array& y) const
   return mx::add(y, mx::astype(mx::multiply(mx::array(scale_, z.dtype()), z), x.dtype()));
 }
 
+mx::array LoRASwitchLinear::operator()(const mx::array& x, const mx::array& indices,
+                                       bool sorted_indices, const mx::array& y) const {
+  mx::array z = mx::gather_mm(x, mx::swapaxes(a_, -1, -2), std::nullopt, indices, sorted_indices);
+  z = mx::gather_mm(z, mx::swapaxes(b_, -1, -2), std::nullopt, indices, sorted_indices);
+  return mx::add(y, mx::astype(mx::multiply(mx::array(scale_, z.dtype()), z), x.dtype()));
+}
+
 std::unique_ptr<Adapter> Adapter::open(const fs::path& dir) {
   check(fs::is_directory(dir), dir.string(), "LoRA adapter directory does not exist");
   AdapterConfig config = read_adapter_config(dir);
@@ -223,11 +230,20 @@ std::vector<std::shared_ptr<const nn::EmbeddingAdapter>> Adapter::embedding(
   return {std::make_shared<LoRAEmbedding>(a, b, config_.scale)};
 }
 
-void Adapter::unsupported(const std::string& path, const std::string& type) {
-  if (full() || !selected(path)) return;
-  fail(dir_.string(), "the adapter selects module '", path, "', a ", type,
-       ", which lmx cannot adapt yet (", describe_keys(config_),
-       "); list supported modules in lora_parameters.keys");
+std::vector<std::shared_ptr<const nn::SwitchAdapter>> Adapter::switch_linear(
+    const std::string& path, int in, int out, int experts) {
+  if (full() || !selected(path)) return {};
+  // tuner.utils.linear_to_lora_layers: "SwitchLinear doesn't support DoRA yet."
+  check(config_.fine_tune_type != "dora", dir_.string(), "DoRA on the SwitchLinear '", path,
+        "' is not supported (nor by mlx-lm), expected fine_tune_type lora");
+  const int r = config_.rank;
+  const std::string rank = "lora_parameters.rank " + std::to_string(r);
+  const std::string e = std::to_string(experts) + " experts";
+  mx::array a =
+      take(path + ".lora_a", {experts, r, in}, e + " x " + rank + " x input " + std::to_string(in));
+  mx::array b = take(path + ".lora_b", {experts, out, r},
+                     e + " x output " + std::to_string(out) + " x " + rank);
+  return {std::make_shared<LoRASwitchLinear>(a, b, config_.scale)};
 }
 
 void Adapter::check_all_used() const {

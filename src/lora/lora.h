@@ -75,6 +75,20 @@ class LoRAEmbedding : public nn::EmbeddingAdapter {
   float scale_;
 };
 
+// mlx-lm LoRASwitchLinear: lora_a (experts, rank, in), lora_b (experts, out, rank), applied to
+// each row's expert with gather_mm.
+class LoRASwitchLinear : public nn::SwitchAdapter {
+ public:
+  LoRASwitchLinear(mx::array lora_a, mx::array lora_b, float scale)
+      : a_(std::move(lora_a)), b_(std::move(lora_b)), scale_(scale) {}
+  mx::array operator()(const mx::array& x, const mx::array& indices, bool sorted_indices,
+                       const mx::array& y) const override;
+
+ private:
+  mx::array a_, b_;
+  float scale_;
+};
+
 // One adapter directory, attached to a model while it loads (WeightStore::set_adapters).
 class Adapter : public nn::AdapterSource {
  public:
@@ -99,7 +113,9 @@ class Adapter : public nn::AdapterSource {
   std::vector<std::shared_ptr<const nn::EmbeddingAdapter>> embedding(const std::string& path,
                                                                      const nn::Embedding& base,
                                                                      int vocab, int dims) override;
-  void unsupported(const std::string& path, const std::string& type) override;
+  std::vector<std::shared_ptr<const nn::SwitchAdapter>> switch_linear(const std::string& path,
+                                                                      int in, int out,
+                                                                      int experts) override;
 
  private:
   Adapter(fs::path dir, AdapterConfig config, Weights weights);

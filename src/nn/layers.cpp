@@ -76,7 +76,9 @@ Linear Linear::load(WeightStore& w, const std::string& path, int in, int out, bo
 }
 
 mx::array Linear::operator()(const mx::array& x) const {
-  mx::array y = !adapters.empty() && adapters.front()->replaces_base() ? x : base(x);
+  // DoRA computes the whole output (the loader refuses adapters on sharded layers).
+  if (!adapters.empty() && adapters.front()->replaces_base()) return (*adapters.front())(x, x);
+  mx::array y = base(x);
   if (all_reduce) y = (*all_reduce)(y);
   for (const auto& a : adapters) y = (*a)(x, y);
   return y;

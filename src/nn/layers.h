@@ -20,7 +20,8 @@ namespace mx = mlx::core;
 struct LinearAdapter {
   virtual ~LinearAdapter() = default;
   virtual mx::array operator()(const mx::array& x, const mx::array& y) const = 0;
-  // DoRA computes the whole output from x: the base matmul is skipped and y is a placeholder.
+  // DoRA computes the whole output from x, as the layer's only adapter: the base matmul is
+  // skipped and y is a placeholder.
   virtual bool replaces_base() const { return false; }
 };
 
@@ -29,6 +30,13 @@ struct EmbeddingAdapter {
   virtual ~EmbeddingAdapter() = default;
   virtual mx::array lookup(const mx::array& ids, const mx::array& y) const = 0;
   virtual mx::array as_linear(const mx::array& x, const mx::array& y) const = 0;
+};
+
+// And for a SwitchLinear (mlx-lm LoRASwitchLinear): x rows, the expert ids, whether sorted.
+struct SwitchAdapter {
+  virtual ~SwitchAdapter() = default;
+  virtual mx::array operator()(const mx::array& x, const mx::array& indices, bool sorted_indices,
+                               const mx::array& y) const = 0;
 };
 
 struct Linear;
@@ -44,8 +52,9 @@ struct AdapterSource {
   virtual std::vector<std::shared_ptr<const EmbeddingAdapter>> embedding(const std::string& path,
                                                                          const Embedding& base,
                                                                          int vocab, int dims) = 0;
-  // A module with no adapter form (e.g. SwitchLinear): throws if the adapter selects it.
-  virtual void unsupported(const std::string& path, const std::string& type) = 0;
+  virtual std::vector<std::shared_ptr<const SwitchAdapter>> switch_linear(const std::string& path,
+                                                                          int in, int out,
+                                                                          int experts) = 0;
 };
 
 // The reduction of mlx.nn's (Quantized)ShardedToAllLinear: the rank's partial product is summed
