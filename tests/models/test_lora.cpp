@@ -280,6 +280,16 @@ TEST_F(BadAdapter, FullFineTuneUnknownTensor) {
       << e;
 }
 
+TEST_F(BadAdapter, DoraOnTheEmbedding) {
+  config_["fine_tune_type"] = "dora";
+  config_["lora_parameters"]["keys"] = {"model.embed_tokens"};
+  write();
+  const std::string e = error();
+  EXPECT_NE(e.find("DoRA on the embedding 'model.embed_tokens' is not supported"),
+            std::string::npos)
+      << e;
+}
+
 TEST_F(BadAdapter, PeftAdapter) {
   fs::rename(dir_ / "adapters.safetensors", dir_ / "adapter_model.safetensors");
   std::string e = error();
