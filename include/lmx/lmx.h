@@ -118,6 +118,9 @@ struct LoadOptions {
   // one rank of a launch_ranks group of that size and loads its shard (attention heads and MLP
   // columns split as mlx-lm's Model.shard). llama, mistral, qwen2, qwen3.
   int tensor_parallel = 1;
+  // An mlx-lm adapter directory (adapter_config.json + adapters.safetensors: LoRA, DoRA or a
+  // full fine-tune), applied as mlx_lm.utils.load(path, adapter_path=...) does (docs/lora.md).
+  std::optional<std::filesystem::path> adapter_path = std::nullopt;
 };
 
 struct LaunchOptions {

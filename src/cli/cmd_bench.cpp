@@ -72,11 +72,13 @@ BenchResult bench_one(LanguageModel& model, GenerateOptions opt, int prompt_toke
 }
 
 void print_result(const std::string& dir, const LanguageModel& model, const GenerateOptions& opt,
-                  int p, int g, const BenchResult& r, bool as_json, int tp) {
+                  int p, int g, const BenchResult& r, bool as_json, int tp,
+                  const std::string& adapter) {
   const auto& per_layer = opt.kv_config ? *opt.kv_config : model.kv_config();
   if (tensor_parallel_rank().value_or(0) != 0) return;
   if (as_json) {
     json j = {{"model", dir},
+              {"adapter", adapter.empty() ? json() : json(adapter)},
               {"backend", backend_description()},
               {"tier", model.tier()},
               {"tensor_parallel", tp},
@@ -94,6 +96,7 @@ void print_result(const std::string& dir, const LanguageModel& model, const Gene
     std::printf("backend: %s\ntier: %s\nmodel: %s (%s)\n", backend_description().c_str(),
                 model.tier().c_str(), dir.c_str(), model.model_type().c_str());
     if (tp > 1) std::printf("tensor parallel: %d ranks\n", tp);
+    if (!adapter.empty()) std::printf("adapter: %s\n", adapter.c_str());
     std::printf("prompt: %d tokens, %.3f tokens-per-sec\n", p, r.prompt_tps);
     std::printf("generation: %d tokens, %.3f tokens-per-sec\n", g, r.generation_tps);
     std::printf("peak memory: %.3f GB\n", r.peak / 1e9);
@@ -121,6 +124,7 @@ int cmd_bench(const Args& args) {
       {"seed", "seed of the random prompt", false, "S", "0"},
       {"json", "print one JSON line instead of text", true},
       {"exact", "tier L1: stock MLX ops, bit-exact with mlx-lm (default: the fast tier L3)", true},
+      adapter_path_flag(),
   };
   for (auto& spec : kv_cache_flags()) specs.push_back(spec);
   for (auto& spec : tensor_parallel_flags()) specs.push_back(spec);
@@ -144,14 +148,15 @@ int cmd_bench(const Args& args) {
   if (launched_ranks(f, "bench", args)) return 0;
   // Every rank draws the same random prompts (same seed) and runs the same steps.
   const int tp = tensor_parallel_size(f);
-  LanguageModel model = LanguageModel::load(dir, {.exact = f.on("exact"), .tensor_parallel = tp});
+  LanguageModel model = LanguageModel::load(
+      dir, {.exact = f.on("exact"), .tensor_parallel = tp, .adapter_path = adapter_path(f)});
   notify_rank_ready();
   GenerateOptions opt;
   set_kv_cache_options(f, model, opt);
   const auto seed = static_cast<uint32_t>(f.integer("seed", 0));
   for (const auto& [p, g] : runs) {
     const BenchResult r = bench_one(model, opt, p, g, trials, seed);
-    print_result(dir, model, opt, p, g, r, as_json, tp);
+    print_result(dir, model, opt, p, g, r, as_json, tp, f.str("adapter-path"));
   }
   return 0;
 }

@@ -68,7 +68,8 @@ int cmd_chat(const Args& args) {
     check(topt.kwargs.is_object(), "chat", "--chat-template-args must be a JSON object, got ",
           topt.kwargs.type_name());
   }
-  LanguageModel model = LanguageModel::load(dir, {.exact = f.on("exact")});
+  LanguageModel model =
+      LanguageModel::load(dir, {.exact = f.on("exact"), .adapter_path = adapter_path(f)});
   Session session(model);
   std::string system = f.str("system");
   chat::ojson history = chat::ojson::array();

@@ -28,7 +28,20 @@ std::vector<FlagSpec> sampling_flags() {
       {"exact", "tier L1: stock MLX ops, bit-exact with mlx-lm (default: the fast tier L3)", true},
       {"ignore-chat-template", "(accepted for mlx_lm compatibility; prompts are used as given)",
        true},
+      adapter_path_flag(),
   };
+}
+
+FlagSpec adapter_path_flag() {
+  return {"adapter-path",
+          "LoRA / DoRA adapter directory in mlx-lm's format (adapter_config.json, "
+          "adapters.safetensors)",
+          false, "DIR"};
+}
+
+std::optional<std::filesystem::path> adapter_path(const Flags& f) {
+  if (!f.has("adapter-path")) return std::nullopt;
+  return std::filesystem::path(f.str("adapter-path"));
 }
 
 std::vector<FlagSpec> kv_cache_flags() {
@@ -125,8 +138,10 @@ int cmd_generate(const Args& args) {
   GenerateOptions opt = generate_options(f);
   const std::string prompt = prompt_text(f);
   if (launched_ranks(f, "generate", args, prompt)) return 0;
-  LanguageModel model = LanguageModel::load(
-      f.required("model"), {.exact = f.on("exact"), .tensor_parallel = tensor_parallel_size(f)});
+  LanguageModel model =
+      LanguageModel::load(f.required("model"), {.exact = f.on("exact"),
+                                                .tensor_parallel = tensor_parallel_size(f),
+                                                .adapter_path = adapter_path(f)});
   notify_rank_ready();
   // Every rank generates the same tokens; only rank 0 reports (the launcher drops the others'
   // standard output).

@@ -26,7 +26,7 @@ int cmd_serve(const Args& args) {
                "JSON object of template arguments, e.g. "
                "'{\"enable_thinking\":false}'",
                false, "JSON", "{}"},
-              {"adapter-path", "LoRA adapter directory (not supported yet)", false, "DIR"},
+              adapter_path_flag(),
               {"log-level", "DEBUG, INFO, WARNING, ERROR or CRITICAL", false, "L", "INFO"},
               {"api-key", "require 'Authorization: Bearer KEY' (or x-api-key)", false, "KEY"},
               {"max-body-bytes", "largest request body accepted", false, "N", "33554432"},
@@ -43,10 +43,9 @@ int cmd_serve(const Args& args) {
     std::fputs(f.usage().c_str(), stdout);
     return 0;
   }
-  check(!f.has("adapter-path"), "serve",
-        "--adapter-path: LoRA adapters are not supported by lmx yet");
   server::ServerOptions o;
   o.model = f.required("model");
+  o.adapter_path = adapter_path(f);
   o.exact = f.on("exact");
   o.host = f.str("host", "127.0.0.1");
   o.port = f.integer("port", 8080);

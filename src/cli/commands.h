@@ -1,6 +1,8 @@
 // CLI subcommands: each takes the arguments after its name and returns the exit code.
 #pragma once
 
+#include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -15,6 +17,9 @@ int cmd_generate(const Args& args);
 
 // The sampling flags shared by generate and bench, and the options they set.
 std::vector<FlagSpec> sampling_flags();
+// --adapter-path DIR (generate, chat, bench, serve) and its value for LoadOptions.
+FlagSpec adapter_path_flag();
+std::optional<std::filesystem::path> adapter_path(const Flags& flags);
 GenerateOptions generate_options(const Flags& flags);
 // mlx-lm's --kv-bits, --kv-group-size, --quantized-kv-start and --kv-config (generate and bench;
 // a kv_config file is checked against the loaded model).

@@ -4,6 +4,7 @@
 #include <map>
 
 #include "core/error.h"
+#include "lora/lora.h"
 
 namespace lmx {
 
@@ -192,10 +193,19 @@ LoadedWeights load_model(const fs::path& dir, const LoadOptions& options,
     for (const auto& n : registered_architectures()) known += (known.empty() ? "" : ", ") + n;
     fail(source, "unsupported model_type '", info.model_type, "', expected one of: ", known);
   }
+  const bool sharded = shard && shard->size > 1;
+  std::unique_ptr<lora::Adapter> adapter;
+  if (options.adapter_path) {
+    check(!sharded, options.adapter_path->string(),
+          "LoRA adapters with tensor parallelism are not supported, expected --tp 1");
+    adapter = lora::Adapter::open(*options.adapter_path);
+  }
   Weights weights = load_model_weights(dir);
   if (arch->sanitize) arch->sanitize(config, weights);
+  if (adapter && adapter->full()) adapter->replace_weights(weights);
+  if (adapter && !adapter->full()) adapter->bind(weights);
   WeightStore store(std::move(weights), QuantConfig::from_config(config, source), dir.string());
-  const bool sharded = shard && shard->size > 1;
+  if (adapter && !adapter->full()) store.set_adapters(adapter.get());
   if (shard) store.set_shard(*shard);
   // The L3 fused layer runs o_proj and down_proj inside one primitive, past the all-reduce a shard
   // needs after them: sharded loads run tier L1 until the fused layer learns to reduce.
@@ -210,6 +220,7 @@ LoadedWeights load_model(const fs::path& dir, const LoadOptions& options,
   check(!sharded || store.shard_consumed(), source, "model_type '", info.model_type,
         "' does not support tensor parallelism yet, expected one of llama, mistral, qwen2, qwen3");
   store.check_all_used();
+  if (adapter) adapter->check_all_used();
   info.config = std::move(config);
   out.info = std::move(info);
   return out;

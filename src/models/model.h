@@ -17,6 +17,10 @@
 
 namespace lmx {
 
+namespace nn {
+struct AdapterSource;
+}
+
 struct QuantSpec {
   int bits = 4;
   int group_size = 64;
@@ -62,6 +66,9 @@ class WeightStore {
   // Tier L3: quantized layers the CPU kernels support run them (kernels/cpu/qmm.h).
   void set_cpu_kernels(bool on) { cpu_kernels_ = on; }
   bool cpu_kernels() const { return cpu_kernels_; }
+  // LoRA adapters (src/lora/): the layers ask it for theirs as they load; null: none.
+  void set_adapters(nn::AdapterSource* source) { adapters_ = source; }
+  nn::AdapterSource* adapters() const { return adapters_; }
 
  private:
   Weights weights_;
@@ -71,6 +78,7 @@ class WeightStore {
   QuantConfig quant_;
   std::string source_;
   bool cpu_kernels_ = false;
+  nn::AdapterSource* adapters_ = nullptr;
 };
 
 // Residual-stream states a forward records while the tap is set on a model (what a speculative

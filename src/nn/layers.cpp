@@ -65,15 +65,19 @@ Linear Linear::load(WeightStore& w, const std::string& path, int in, int out, bo
     check(l.biases || l.quant->mode != "affine", w.source(), "missing tensor '", path,
           ".biases' of an affine-quantized module");
     l.cpu_kernel = use_cpu_kernel(w, *l.quant, *l.scales, l.biases);
-    if (l.cpu_kernel) compact_scales(*l.scales, *l.biases);
   } else {
     l.weight = w.take(path + ".weight", {out, in});
   }
   if (has_bias) l.bias = w.take(path + ".bias", {out});
+  // Before compacting: DoRA dequantizes the checkpoint's scales itself.
+  if (w.adapters()) l.adapters = w.adapters()->linear(path, l, in, out);
+  if (l.cpu_kernel) compact_scales(*l.scales, *l.biases);
   return l;
 }
 
 mx::array Linear::operator()(const mx::array& x) const {
+  // DoRA computes the whole output (the loader refuses adapters on sharded layers).
+  if (!adapters.empty() && adapters.front()->replaces_base()) return (*adapters.front())(x, x);
   mx::array y = base(x);
   if (all_reduce) y = (*all_reduce)(y);
   for (const auto& a : adapters) y = (*a)(x, y);
@@ -110,10 +114,23 @@ Embedding Embedding::load(WeightStore& w, const std::string& path, int vocab, in
   } else {
     e.weight = w.take(path + ".weight", {vocab, dims});
   }
+  if (w.adapters()) e.adapters = w.adapters()->embedding(path, e, vocab, dims);
   return e;
 }
 
 mx::array Embedding::operator()(const mx::array& ids) const {
+  mx::array y = lookup(ids);
+  for (const auto& a : adapters) y = a->lookup(ids, y);
+  return y;
+}
+
+mx::array Embedding::as_linear(const mx::array& x) const {
+  mx::array y = head(x);
+  for (const auto& a : adapters) y = a->as_linear(x, y);
+  return y;
+}
+
+mx::array Embedding::lookup(const mx::array& ids) const {
   if (quant) {
     std::optional<mx::array> b;
     if (biases) b = mx::take(*biases, ids, 0);
@@ -124,7 +141,7 @@ mx::array Embedding::operator()(const mx::array& ids) const {
   return mx::take(weight, ids, 0);
 }
 
-mx::array Embedding::as_linear(const mx::array& x) const {
+mx::array Embedding::head(const mx::array& x) const {
   if (cpu_kernel) return kernel_matmul(x, weight, *scales, *biases, *quant);
   if (quant) {
     return mx::quantized_matmul(x, weight, *scales, biases, true, quant->group_size, quant->bits,

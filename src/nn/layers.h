@@ -20,6 +20,41 @@ namespace mx = mlx::core;
 struct LinearAdapter {
   virtual ~LinearAdapter() = default;
   virtual mx::array operator()(const mx::array& x, const mx::array& y) const = 0;
+  // DoRA computes the whole output from x, as the layer's only adapter: the base matmul is
+  // skipped and y is a placeholder.
+  virtual bool replaces_base() const { return false; }
+};
+
+// The same for an Embedding (mlx-lm LoRAEmbedding): the lookup of `ids` and the tied head.
+struct EmbeddingAdapter {
+  virtual ~EmbeddingAdapter() = default;
+  virtual mx::array lookup(const mx::array& ids, const mx::array& y) const = 0;
+  virtual mx::array as_linear(const mx::array& x, const mx::array& y) const = 0;
+};
+
+// And for a SwitchLinear (mlx-lm LoRASwitchLinear): x rows, the expert ids, whether sorted.
+struct SwitchAdapter {
+  virtual ~SwitchAdapter() = default;
+  virtual mx::array operator()(const mx::array& x, const mx::array& indices, bool sorted_indices,
+                               const mx::array& y) const = 0;
+};
+
+struct Linear;
+struct Embedding;
+
+// Where Linear::load and Embedding::load get a module's adapters once its tensors are taken
+// (LoRA adapters, src/lora/), by the module's path and logical sizes.
+struct AdapterSource {
+  virtual ~AdapterSource() = default;
+  virtual std::vector<std::shared_ptr<const LinearAdapter>> linear(const std::string& path,
+                                                                   const Linear& base, int in,
+                                                                   int out) = 0;
+  virtual std::vector<std::shared_ptr<const EmbeddingAdapter>> embedding(const std::string& path,
+                                                                         const Embedding& base,
+                                                                         int vocab, int dims) = 0;
+  virtual std::vector<std::shared_ptr<const SwitchAdapter>> switch_linear(const std::string& path,
+                                                                          int in, int out,
+                                                                          int experts) = 0;
 };
 
 // The reduction of mlx.nn's (Quantized)ShardedToAllLinear: the rank's partial product is summed
@@ -54,10 +89,15 @@ struct Embedding {
   std::optional<QuantSpec> quant;
   bool cpu_kernel = false;                // tier L3: as_linear runs kernels/cpu/qmm.h
   std::optional<mx::Dtype> lookup_dtype;  // L3: the checkpoint's scale dtype, before compacting
+  std::vector<std::shared_ptr<const EmbeddingAdapter>> adapters;
 
   static Embedding load(WeightStore& w, const std::string& path, int vocab, int dims);
   mx::array operator()(const mx::array& ids) const;
   mx::array as_linear(const mx::array& x) const;
+
+ private:
+  mx::array lookup(const mx::array& ids) const;
+  mx::array head(const mx::array& x) const;
 };
 
 struct RMSNorm {

@@ -15,6 +15,7 @@ SwitchLinear SwitchLinear::load(WeightStore& w, const std::string& path, int in,
     l.weight = w.take(path + ".weight", {experts, out, in});
   }
   if (has_bias) l.bias = w.take(path + ".bias", {experts, out});
+  if (w.adapters()) l.adapters = w.adapters()->switch_linear(path, in, out, experts);
   return l;
 }
 
@@ -26,6 +27,7 @@ mx::array SwitchLinear::operator()(const mx::array& x, const mx::array& indices,
                              std::nullopt, sorted_indices)
             : mx::gather_mm(x, mx::swapaxes(weight, -1, -2), std::nullopt, indices, sorted_indices);
   if (bias) y = mx::add(y, mx::expand_dims(mx::take(*bias, indices, 0), -2));
+  for (const auto& a : adapters) y = (*a)(x, indices, sorted_indices, y);
   return y;
 }
 

@@ -16,6 +16,7 @@ struct SwitchLinear {
   mx::array weight{0.0f};
   std::optional<mx::array> scales, biases, bias;
   std::optional<QuantSpec> quant;
+  std::vector<std::shared_ptr<const SwitchAdapter>> adapters;
 
   static SwitchLinear load(WeightStore& w, const std::string& path, int in, int out, int experts,
                            bool has_bias);

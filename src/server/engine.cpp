@@ -36,10 +36,14 @@ bool Job::pop(std::vector<TokenEvent>& out) {
 }
 
 Engine::Engine(const EngineOptions& o)
-    : loaded_(load_model(o.model, {.exact = o.exact})),
+    : loaded_(load_model(o.model, {.exact = o.exact, .adapter_path = o.adapter_path})),
       tokenizer_(Tokenizer::from_dir(o.model)),
       eos_(merged_eos_ids(loaded_.info, tokenizer_)),
-      cache_key_(std::filesystem::weakly_canonical(o.model).string()),
+      // The K/V of a prompt depend on the adapter too.
+      cache_key_(std::filesystem::weakly_canonical(o.model).string() +
+                 (o.adapter_path
+                      ? "\nadapter:" + std::filesystem::weakly_canonical(*o.adapter_path).string()
+                      : "")),
       log_stats_(o.log_stats),
       prompt_cache_(o.prompt_cache_entries, o.prompt_cache_bytes) {}
 

@@ -65,6 +65,7 @@ class Job {
 struct EngineOptions {
   std::filesystem::path model;
   bool exact = false;  // tier L1 (stock MLX ops) instead of the fast tier
+  std::optional<std::filesystem::path> adapter_path;  // a LoRA adapter (lora/lora.h)
   size_t prompt_cache_entries = 10;
   std::optional<size_t> prompt_cache_bytes;
   bool log_stats = false;  // one line per job on standard error: tokens and speeds

@@ -320,6 +320,7 @@ int serve(const ServerOptions& o) {
   EngineOptions eo;
   eo.model = o.model;
   eo.exact = o.exact;
+  eo.adapter_path = o.adapter_path;
   eo.prompt_cache_entries = o.prompt_cache_entries;
   eo.prompt_cache_bytes = o.prompt_cache_bytes;
   eo.log_stats = o.log_level == "INFO" || o.log_level == "DEBUG";

@@ -14,6 +14,8 @@ namespace lmx::server {
 struct ServerOptions {
   std::filesystem::path model;
   bool exact = false;  // --exact: tier L1
+  // --adapter-path: an mlx-lm LoRA adapter directory
+  std::optional<std::filesystem::path> adapter_path;
   std::string host = "127.0.0.1";
   int port = 8080;
   SamplingDefaults defaults;

@@ -651,7 +651,7 @@ class FlagsTest(unittest.TestCase):
 
 
     def test_refused_flags(self):
-        for flags, words in ((["--adapter-path", "x"], "LoRA"),
+        for flags, words in ((["--adapter-path", "x"], "LoRA adapter directory does not exist"),
                              (["--chat-template-args", "[1]"], "--chat-template-args"),
                              (["--port", "0"], "--port")):
             r = subprocess.run([BINARY, "serve", "--exact", "--model", MODEL, *flags], capture_output=True,
