@@ -25,6 +25,37 @@ using QmmRowsFn = void (*)(const QmmArgs& a, int n0, int n1, float* wbuf);
 using AttnRowFn = void (*)(const float* q, const float* K, const float* V, int S, int D,
                            float scale, float* scores, float* out);
 
+// The integer-dot-product path (tier L3, an approximation): activations quantized to int8 per
+// block of 32 inputs, x[m, k] ~= xhat[m, k] = xd[m, k / 32] * xq[m, k] with xq in [-127, 127].
+// With w = s * q + b per weight group, sum_k xhat_k w_k = sum_g (s_g * sum_k xhat_k q_k + b_g *
+// xsum_g): the first sum from u8 x s8 dot products (VNNI), xsum the group sums of xhat. (The
+// group sums of the exact x would leave an error sum_k s q_k (xhat_k - x_k) instead of sum_k w_k
+// (xhat_k - x_k); s q is w - b, not centred, and that error measured ~2.5x larger.)
+struct QmmI8Args {
+  // (M, K) in the kernel's order: for bits == 4 each chunk of `chunk` inputs (QmmI8Kernel) is
+  // its even elements then its odd ones, the order of low and high nibbles; bits == 8 in order.
+  const signed char* xq = nullptr;
+  const float* xd = nullptr;    // (M, K / 32)
+  const float* xsum = nullptr;  // (M, K / group_size): sums of xhat over each weight group
+  const unsigned char* w = nullptr;
+  const void* scales = nullptr;
+  const void* biases = nullptr;
+  ScaleType scale_type = ScaleType::f32;
+  float* out = nullptr;  // (M, N) float32
+  int M = 0, N = 0, K = 0, group_size = 0, bits = 0;
+};
+
+// Rows [n0, n1) of the output for every m; sbuf: 8 * K / 32 floats of scratch.
+using QmmI8RowsFn = void (*)(const QmmI8Args& a, int n0, int n1, float* sbuf);
+
+struct QmmI8Kernel {
+  QmmI8RowsFn rows = nullptr;
+  int chunk = 32;  // inputs per vector (64 with 512-bit registers; a 32 tail when K % 64)
+};
+
+QmmI8Kernel kernels_i8_avx512vnni();  // empty when not built for x86-64
+QmmI8Kernel kernels_i8_avxvnni();     // empty when not built for x86-64
+
 struct IsaKernels {
   QmmRowsFn qmm_rows = nullptr;
   AttnRowFn attn_row = nullptr;

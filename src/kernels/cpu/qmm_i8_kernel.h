@@ -1,0 +1,238 @@
+// The int8-activation quantized matmul (QmmI8Args), compiled once per VNNI flavour:
+// qmm_i8_avx512vnni.cpp (512-bit vpdpbusd, 64 inputs per vector) and qmm_i8_avxvnni.cpp (the
+// VEX-encoded 256-bit vpdpbusd of AVX-VNNI, 32 inputs per vector). Like qmm_kernel.h it lives in
+// the including file's namespace LMX_QMM_NS and includes no library headers.
+//
+// Per output row n, 32-input block j and weight group g(j): the u8 weights q (4-bit unpacked in
+// registers, or 8-bit as stored) times the int8 activations, summed exactly in int32 by
+// vpdpbusd, then scaled in float32 by s[n, g] * xd[m, j] and accumulated; the bias term is
+// b[n, g] * xsum[m, g] once per group.
+#pragma once
+
+#pragma GCC diagnostic ignored "-Wpsabi"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+#include <immintrin.h>
+
+#include "kernels/cpu/qmm_args.h"
+
+#ifndef LMX_QMM_NS
+#error "define LMX_QMM_NS before including qmm_i8_kernel.h"
+#endif
+
+namespace lmx::kernels::cpu::LMX_QMM_NS {
+
+constexpr int kRows = 4;  // weight rows unpacked together, each reused across x rows
+
+#if defined(__AVX512F__)
+constexpr int kChunk = 64;
+constexpr int kXRows = 2;  // x rows per pass: 4 x 2 accumulators fit the 32 zmm registers
+#else
+constexpr int kChunk = 32;
+constexpr int kXRows = 1;  // 16 ymm registers
+#endif
+
+// n float scales or biases from p[0 .. n) into out, as float32.
+inline void to_float(const void* p, ScaleType t, int n, float* out) {
+  int i = 0;
+  if (t == ScaleType::f32) {
+    __builtin_memcpy(out, p, static_cast<unsigned long>(n) * 4);
+    return;
+  }
+  const unsigned short* h = static_cast<const unsigned short*>(p);
+  for (; i + 8 <= n; i += 8) {
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(h + i));
+    __m256 f;
+    if (t == ScaleType::f16) {
+      f = _mm256_cvtph_ps(v);
+    } else {  // bf16: the high half of a float32
+      f = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(v), 16));
+    }
+    _mm256_storeu_ps(out + i, f);
+  }
+  for (; i < n; ++i) {
+    if (t == ScaleType::f16) {
+      out[i] = _cvtsh_ss(h[i]);
+    } else {
+      const unsigned bits = static_cast<unsigned>(h[i]) << 16;
+      __builtin_memcpy(out + i, &bits, 4);
+    }
+  }
+}
+
+inline float dot_f32(const float* a, const float* b, int n) {
+  __m256 acc = _mm256_setzero_ps();
+  int i = 0;
+  for (; i + 8 <= n; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc);
+  float lanes[8];
+  _mm256_storeu_ps(lanes, acc);
+  float s = ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) +
+            ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
+  for (; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
+// 32 weights of one row as u8: 4-bit as the 16 low nibbles then the 16 high ones (the order of
+// QmmI8Args::xq), 8-bit as stored.
+template <int BITS>
+inline __m256i load_w32(const unsigned char* p) {
+  if constexpr (BITS == 4) {
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    const __m256i y = _mm256_inserti128_si256(_mm256_castsi128_si256(v), _mm_srli_epi16(v, 4), 1);
+    return _mm256_and_si256(y, _mm256_set1_epi8(15));
+  } else {
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  }
+}
+
+inline __m256i dp32(__m256i w, __m256i x) {
+#if defined(__AVX512F__)
+  return _mm256_dpbusd_epi32(_mm256_setzero_si256(), w, x);
+#else
+  return _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), w, x);
+#endif
+}
+
+inline float hsum(__m256 v) {
+  const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  return _mm_cvtss_f32(_mm_add_ss(t, _mm_movehdup_ps(t)));
+}
+
+#if defined(__AVX512F__)
+// 64 weights of one row: 4-bit as the 32 low nibbles (even inputs) then the 32 high ones (odd).
+template <int BITS>
+inline __m512i load_w64(const unsigned char* p) {
+  if constexpr (BITS == 4) {
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    const __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(v), _mm256_srli_epi16(v, 4), 1);
+    return _mm512_and_si512(z, _mm512_set1_epi8(15));
+  } else {
+    return _mm512_loadu_si512(p);
+  }
+}
+#endif
+
+// out[m .. m + MB, nb .. nb + rows) from weight rows nb .. nb + kRows (short blocks repeat
+// their last row; those results are not stored). sb: per row, its group scales then biases.
+template <int BITS, int MB>
+inline void block(const QmmI8Args& a, int nb, int rows, int m, const float* sb) {
+  const int groups = a.K / a.group_size;
+  const long row_bytes = static_cast<long>(a.K) * BITS / 8;
+  const unsigned char* wr[kRows];
+  const float* s[kRows];
+  for (int r = 0; r < kRows; ++r) {
+    const int rr = r < rows ? r : rows - 1;
+    wr[r] = a.w + (nb + rr) * row_bytes;
+    s[r] = sb + 2L * rr * groups;
+  }
+  const signed char* xq[MB];
+  const float* xd[MB];
+  for (int i = 0; i < MB; ++i) {
+    xq[i] = a.xq + static_cast<long>(m + i) * a.K;
+    xd[i] = a.xd + static_cast<long>(m + i) * (a.K / 32);
+  }
+  const int gshift = a.group_size == 32 ? 5 : a.group_size == 64 ? 6 : 7;
+  float tail[MB][kRows] = {};
+  int k = 0;
+#if defined(__AVX512F__)
+  // int32 lane l of a 64-input vector sums 4 inputs: of block 2c for lanes 0-3 and 8-11 and of
+  // block 2c + 1 for 4-7 and 12-15 (4-bit: even inputs then odd ones); lanes 0-7 and 8-15
+  // (8-bit).
+  const __mmask16 second = BITS == 4 ? 0xF0F0 : 0xFF00;
+  __m512 acc[MB][kRows];
+  for (int i = 0; i < MB; ++i)
+    for (int r = 0; r < kRows; ++r) acc[i][r] = _mm512_setzero_ps();
+  for (; k + 64 <= a.K; k += 64) {
+    const int j = k >> 5;
+    __m512i wv[kRows];
+    __m512 sv[kRows];
+    for (int r = 0; r < kRows; ++r) {
+      wv[r] = load_w64<BITS>(wr[r] + k * BITS / 8);
+      const int g0 = k >> gshift, g1 = (k + 32) >> gshift;
+      sv[r] = _mm512_mask_blend_ps(second, _mm512_set1_ps(s[r][g0]), _mm512_set1_ps(s[r][g1]));
+    }
+    for (int i = 0; i < MB; ++i) {
+      const __m512i xv = _mm512_loadu_si512(xq[i] + k);
+      const __m512 dv =
+          _mm512_mask_blend_ps(second, _mm512_set1_ps(xd[i][j]), _mm512_set1_ps(xd[i][j + 1]));
+      for (int r = 0; r < kRows; ++r) {
+        const __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wv[r], xv);
+        acc[i][r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(sv[r], dv), acc[i][r]);
+      }
+    }
+  }
+#else
+  __m256 acc[MB][kRows];
+  for (int i = 0; i < MB; ++i)
+    for (int r = 0; r < kRows; ++r) acc[i][r] = _mm256_setzero_ps();
+  for (; k + 32 <= a.K; k += 32) {
+    const int j = k >> 5, g = k >> gshift;
+    __m256i wv[kRows];
+    for (int r = 0; r < kRows; ++r) wv[r] = load_w32<BITS>(wr[r] + k * BITS / 8);
+    for (int i = 0; i < MB; ++i) {
+      const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq[i] + k));
+      const float d = xd[i][j];
+      for (int r = 0; r < kRows; ++r) {
+        const __m256i p = dp32(wv[r], xv);
+        acc[i][r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(s[r][g] * d), acc[i][r]);
+      }
+    }
+  }
+#endif
+  if (k < a.K) {  // a last block of 32 (K is a multiple of 32)
+    const int j = k >> 5, g = k >> gshift;
+    for (int r = 0; r < kRows; ++r) {
+      const __m256i wv = load_w32<BITS>(wr[r] + k * BITS / 8);
+      for (int i = 0; i < MB; ++i) {
+        const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq[i] + k));
+        tail[i][r] = hsum(_mm256_cvtepi32_ps(dp32(wv, xv))) * (s[r][g] * xd[i][j]);
+      }
+    }
+  }
+  for (int i = 0; i < MB; ++i) {
+    float* o = a.out + static_cast<long>(m + i) * a.N + nb;
+    const float* xs = a.xsum + static_cast<long>(m + i) * groups;
+    for (int r = 0; r < rows; ++r) {
+#if defined(__AVX512F__)
+      const float v = _mm512_reduce_add_ps(acc[i][r]);
+#else
+      const float v = hsum(acc[i][r]);
+#endif
+      o[r] = v + tail[i][r] + dot_f32(s[r] + groups, xs, groups);
+    }
+  }
+}
+
+template <int BITS>
+inline void rows_impl(const QmmI8Args& a, int n0, int n1, float* sb) {
+  const int groups = a.K / a.group_size;
+  const long row_bytes = static_cast<long>(a.K) * BITS / 8;
+  for (int nb = n0; nb < n1; nb += kRows) {
+    const int rows = n1 - nb < kRows ? n1 - nb : kRows;
+    // Each weight byte is read once per call: ask for the next block while this one computes.
+    if (nb + kRows < a.N) {
+      const unsigned char* next = a.w + (nb + kRows) * row_bytes;
+      for (long off = 0; off < kRows * row_bytes; off += 64) __builtin_prefetch(next + off);
+    }
+    for (int r = 0; r < rows; ++r) {
+      const long at = static_cast<long>(nb + r) * groups;
+      to_float(static_cast<const char*>(a.scales) + at * (a.scale_type == ScaleType::f32 ? 4 : 2),
+               a.scale_type, groups, sb + 2L * r * groups);
+      to_float(static_cast<const char*>(a.biases) + at * (a.scale_type == ScaleType::f32 ? 4 : 2),
+               a.scale_type, groups, sb + 2L * r * groups + groups);
+    }
+    int m = 0;
+    for (; m + kXRows <= a.M; m += kXRows) block<BITS, kXRows>(a, nb, rows, m, sb);
+    for (; m < a.M; ++m) block<BITS, 1>(a, nb, rows, m, sb);
+  }
+}
+
+inline void qmm_i8_rows(const QmmI8Args& a, int n0, int n1, float* sb) {
+  if (a.bits == 4)
+    rows_impl<4>(a, n0, n1, sb);
+  else
+    rows_impl<8>(a, n0, n1, sb);
+}
+
+}  // namespace lmx::kernels::cpu::LMX_QMM_NS
