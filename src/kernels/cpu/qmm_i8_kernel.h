@@ -4,9 +4,9 @@
 // the including file's namespace LMX_QMM_NS and includes no library headers.
 //
 // Per output row n, 32-input block j and weight group g(j): the u8 weights q (4-bit unpacked in
-// registers, or 8-bit as stored) times the int8 activations, summed exactly in int32 by
-// vpdpbusd, then scaled in float32 by s[n, g] * xd[m, j] and accumulated; the bias term is
-// b[n, g] * xsum[m, g] once per group.
+// registers, or 8-bit as stored) times the two int8 limbs of the activations, 128 * (q . q1) + q
+// . q2 summed exactly in int32 by vpdpbusd, then scaled in float32 by s[n, g] * xd[m, j] and
+// accumulated; the bias term is b[n, g] * xsum[m, g] once per group.
 #pragma once
 
 #pragma GCC diagnostic ignored "-Wpsabi"
@@ -85,11 +85,14 @@ inline __m256i load_w32(const unsigned char* p) {
   }
 }
 
-inline __m256i dp32(__m256i w, __m256i x) {
+// 128 * (w . x1) + w . x2 per int32 lane (4 inputs each).
+inline __m256i dp32(__m256i w, __m256i x1, __m256i x2) {
 #if defined(__AVX512F__)
-  return _mm256_dpbusd_epi32(_mm256_setzero_si256(), w, x);
+  const __m256i p = _mm256_slli_epi32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), w, x1), 7);
+  return _mm256_dpbusd_epi32(p, w, x2);
 #else
-  return _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), w, x);
+  const __m256i p = _mm256_slli_epi32(_mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), w, x1), 7);
+  return _mm256_dpbusd_avx_epi32(p, w, x2);
 #endif
 }
 
@@ -129,7 +132,7 @@ inline void block(const QmmI8Args& a, int nb, int rows, int m, const float* sb) 
   const signed char* xq[MB];
   const float* xd[MB];
   for (int i = 0; i < MB; ++i) {
-    xq[i] = a.xq + static_cast<long>(m + i) * a.K;
+    xq[i] = a.xq + static_cast<long>(m + i) * 2 * a.K;  // q1; q2 follows at + K
     xd[i] = a.xd + static_cast<long>(m + i) * (a.K / 32);
   }
   const int gshift = a.group_size == 32 ? 5 : a.group_size == 64 ? 6 : 7;
@@ -153,11 +156,12 @@ inline void block(const QmmI8Args& a, int nb, int rows, int m, const float* sb) 
       sv[r] = _mm512_mask_blend_ps(second, _mm512_set1_ps(s[r][g0]), _mm512_set1_ps(s[r][g1]));
     }
     for (int i = 0; i < MB; ++i) {
-      const __m512i xv = _mm512_loadu_si512(xq[i] + k);
+      const __m512i x1 = _mm512_loadu_si512(xq[i] + k), x2 = _mm512_loadu_si512(xq[i] + a.K + k);
       const __m512 dv =
           _mm512_mask_blend_ps(second, _mm512_set1_ps(xd[i][j]), _mm512_set1_ps(xd[i][j + 1]));
       for (int r = 0; r < kRows; ++r) {
-        const __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wv[r], xv);
+        __m512i p = _mm512_slli_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), wv[r], x1), 7);
+        p = _mm512_dpbusd_epi32(p, wv[r], x2);
         acc[i][r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(sv[r], dv), acc[i][r]);
       }
     }
@@ -171,10 +175,11 @@ inline void block(const QmmI8Args& a, int nb, int rows, int m, const float* sb) 
     __m256i wv[kRows];
     for (int r = 0; r < kRows; ++r) wv[r] = load_w32<BITS>(wr[r] + k * BITS / 8);
     for (int i = 0; i < MB; ++i) {
-      const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq[i] + k));
+      const __m256i x1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq[i] + k));
+      const __m256i x2 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq[i] + a.K + k));
       const float d = xd[i][j];
       for (int r = 0; r < kRows; ++r) {
-        const __m256i p = dp32(wv[r], xv);
+        const __m256i p = dp32(wv[r], x1, x2);
         acc[i][r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(s[r][g] * d), acc[i][r]);
       }
     }
@@ -185,8 +190,9 @@ inline void block(const QmmI8Args& a, int nb, int rows, int m, const float* sb) 
     for (int r = 0; r < kRows; ++r) {
       const __m256i wv = load_w32<BITS>(wr[r] + k * BITS / 8);
       for (int i = 0; i < MB; ++i) {
-        const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq[i] + k));
-        tail[i][r] = hsum(_mm256_cvtepi32_ps(dp32(wv, xv))) * (s[r][g] * xd[i][j]);
+        const __m256i x1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq[i] + k));
+        const __m256i x2 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq[i] + a.K + k));
+        tail[i][r] = hsum(_mm256_cvtepi32_ps(dp32(wv, x1, x2))) * (s[r][g] * xd[i][j]);
       }
     }
   }
