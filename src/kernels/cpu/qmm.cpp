@@ -3,7 +3,6 @@
 #include <mlx/backend/cpu/encoder.h>
 #include <mlx/primitives.h>
 
-#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
@@ -193,65 +192,11 @@ class LmxQuantizedMatmul : public mx::UnaryPrimitive {
   Int8Mode int8_;
 };
 
-// x (M, K) float32 -> the two-limb int8 activations of QmmI8Args, 4-bit inputs reordered per
-// chunk of `chunk` (the last 32 of a K that is not a multiple of chunk form a chunk of their own).
+// The int8 activations of one call (QmmI8Args).
 struct I8Rows {
   std::vector<signed char> q;
-  std::vector<float> d, sum;
+  std::vector<float> d, sum, bsum;
 };
-
-void quantize_rows(const float* x, int M, int K, int group_size, int bits, int chunk,
-                   I8Rows& o) {
-  o.q.resize(static_cast<size_t>(M) * 2 * K);
-  o.d.resize(static_cast<size_t>(M) * (K / 32));
-  o.sum.resize(static_cast<size_t>(M) * (K / group_size));
-  std::vector<signed char> row(2 * static_cast<size_t>(K));
-  std::vector<float> bsum(K / 32);
-  for (int64_t m = 0; m < M; ++m) {
-    const float* xr = x + m * K;
-    for (int j = 0; j < K / 32; ++j) {
-      float amax = 0;
-      for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(xr[32 * j + i]));
-      // |x * id| <= 127 and |r * id2| <= 64 up to one rounding, so no clamps; rounding half to
-      // even, as mx::round, with the same operations the kernel tests reproduce in MLX.
-      const float id = amax > 0 ? 127.0f / amax : 0.0f, id2 = id * 128.0f;
-      const float d = amax / 127.0f, xd = d / 128.0f;
-      o.d[m * (K / 32) + j] = xd;
-      int sum = 0;
-      for (int i = 0; i < 32; ++i) {
-        const float v = xr[32 * j + i];
-        const float q1 = std::nearbyint(v * id);
-        const float r = v - q1 * d;
-        const float q2 = std::nearbyint(r * id2);
-        row[32 * j + i] = static_cast<signed char>(q1);
-        row[K + 32 * j + i] = static_cast<signed char>(q2);
-        sum += 128 * static_cast<int>(q1) + static_cast<int>(q2);
-      }
-      bsum[j] = xd * static_cast<float>(sum);
-    }
-    for (int g = 0; g < K / group_size; ++g) {
-      float s = 0;
-      for (int j = g * group_size / 32; j < (g + 1) * group_size / 32; ++j) s += bsum[j];
-      o.sum[m * (K / group_size) + g] = s;
-    }
-    for (int limb = 0; limb < 2; ++limb) {
-      const signed char* src = row.data() + static_cast<size_t>(limb) * K;
-      signed char* dst = o.q.data() + (2 * m + limb) * K;
-      if (bits != 4) {
-        std::memcpy(dst, src, K);
-        continue;
-      }
-      for (int c = 0; c < K;) {
-        const int n = c + chunk <= K ? chunk : 32;
-        for (int j = 0; j < n / 2; ++j) {
-          dst[c + j] = src[c + 2 * j];
-          dst[c + n / 2 + j] = src[c + 2 * j + 1];
-        }
-        c += n;
-      }
-    }
-  }
-}
 }  // namespace
 
 Isa active_isa() {
@@ -285,7 +230,12 @@ bool uses_int8(const QWeight& w, int M, Isa isa, Int8Mode int8) {
 void qmm_i8(const QWeight& w, const float* x, int M, float* out, Isa isa) {
   const QmmI8Kernel kernel = i8_kernel(isa);
   thread_local I8Rows xq;  // reused across calls: a decode step makes hundreds
-  quantize_rows(x, M, w.K, w.group_size, w.bits, kernel.chunk, xq);
+  xq.q.resize(static_cast<size_t>(M) * 2 * w.K);
+  xq.d.resize(static_cast<size_t>(M) * (w.K / 32));
+  xq.sum.resize(static_cast<size_t>(M) * (w.K / w.group_size));
+  xq.bsum.resize(w.K / 32);
+  kernel.quantize(x, M, w.K, w.group_size, w.bits, xq.q.data(), xq.d.data(), xq.sum.data(),
+                  xq.bsum.data());
   QmmI8Args a;
   a.xq = xq.q.data();
   a.xd = xq.d.data();

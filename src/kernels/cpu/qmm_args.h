@@ -53,8 +53,14 @@ struct QmmI8Args {
 // Rows [n0, n1) of the output for every m; sbuf: 8 * K / 32 floats of scratch.
 using QmmI8RowsFn = void (*)(const QmmI8Args& a, int n0, int n1, float* sbuf);
 
+// x (M, K) float32 -> xq (M, 2, K), xd (M, K / 32), xsum (M, K / group_size) in the kernel's
+// order; bsum: K / 32 floats of scratch.
+using QuantizeXFn = void (*)(const float* x, int M, int K, int group_size, int bits,
+                             signed char* xq, float* xd, float* xsum, float* bsum);
+
 struct QmmI8Kernel {
   QmmI8RowsFn rows = nullptr;
+  QuantizeXFn quantize = nullptr;
   int chunk = 32;  // inputs per vector (64 with 512-bit registers; a 32 tail when K % 64)
 };
 

@@ -7,7 +7,7 @@
 #include "kernels/cpu/qmm_i8_kernel.h"
 
 namespace lmx::kernels::cpu {
-QmmI8Kernel kernels_i8_avx512vnni() { return {&i8_avx512vnni::qmm_i8_rows, i8_avx512vnni::kChunk}; }
+QmmI8Kernel kernels_i8_avx512vnni() { return {&i8_avx512vnni::qmm_i8_rows, &i8_avx512vnni::quantize_x, i8_avx512vnni::kChunk}; }
 }  // namespace lmx::kernels::cpu
 #else
 namespace lmx::kernels::cpu {

@@ -7,7 +7,7 @@
 #include "kernels/cpu/qmm_i8_kernel.h"
 
 namespace lmx::kernels::cpu {
-QmmI8Kernel kernels_i8_avxvnni() { return {&i8_avxvnni::qmm_i8_rows, i8_avxvnni::kChunk}; }
+QmmI8Kernel kernels_i8_avxvnni() { return {&i8_avxvnni::qmm_i8_rows, &i8_avxvnni::quantize_x, i8_avxvnni::kChunk}; }
 }  // namespace lmx::kernels::cpu
 #else
 namespace lmx::kernels::cpu {

@@ -234,6 +234,86 @@ inline void rows_impl(const QmmI8Args& a, int n0, int n1, float* sb) {
   }
 }
 
+// 32 int32 values (4 vectors, in order) -> 32 int8 in order.
+inline __m256i pack_i8(const __m256i v[4]) {
+  const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(v[0], v[1]), _mm256_packs_epi32(v[2], v[3]));
+  // packs works within 128-bit lanes: 4-byte groups come out as 0, 2, 4, 6, 1, 3, 5, 7.
+  return _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+// 32 int8 in order -> their 16 even elements then their 16 odd ones.
+inline __m256i even_odd(__m256i v) {
+  const __m256i sh = _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15, 0, 2,
+                                      4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+  return _mm256_permute4x64_epi64(_mm256_shuffle_epi8(v, sh), 0xD8);  // qwords 0, 2, 1, 3
+}
+
+// x (M, K) float32 -> QmmI8Args' xq (M, 2, K), xd (M, K / 32) and xsum (M, K / group_size);
+// bsum: K / 32 floats of scratch. Per block of 32: id = 127 / amax, d = amax / 127, q1 = round(x
+// * id), q2 = round((x - q1 * d) * (id * 128)), each operation rounded once (this file is built
+// without FMA contraction), round half to even.
+inline void quantize_x(const float* x, int M, int K, int group_size, int bits, signed char* xq,
+                       float* xd, float* xsum, float* bsum) {
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  constexpr int kRound = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+  for (long m = 0; m < M; ++m) {
+    const float* xr = x + m * K;
+    signed char* q1r = xq + 2 * m * K;
+    signed char* q2r = q1r + K;
+    __m256i prev[2] = {};  // 4-bit, 64-input chunks: the even/odd halves of the chunk's first block
+    for (int j = 0; j < K / 32; ++j) {
+      __m256 v[4], amax = _mm256_setzero_ps();
+      for (int t = 0; t < 4; ++t) {
+        v[t] = _mm256_loadu_ps(xr + 32 * j + 8 * t);
+        amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, v[t]));
+      }
+      __m128 h = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
+      h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+      const float am = _mm_cvtss_f32(_mm_max_ss(h, _mm_movehdup_ps(h)));
+      const float id = am > 0 ? 127.0f / am : 0.0f, d = am / 127.0f;
+      const __m256 vid = _mm256_set1_ps(id), vd = _mm256_set1_ps(d), vid2 = _mm256_set1_ps(id * 128.0f);
+      __m256i i1[4], i2[4];
+      __m256 tot = _mm256_setzero_ps();
+      for (int t = 0; t < 4; ++t) {
+        const __m256 q1 = _mm256_round_ps(_mm256_mul_ps(v[t], vid), kRound);
+        const __m256 r = _mm256_sub_ps(v[t], _mm256_mul_ps(q1, vd));
+        const __m256 q2 = _mm256_round_ps(_mm256_mul_ps(r, vid2), kRound);
+        i1[t] = _mm256_cvtps_epi32(q1);
+        i2[t] = _mm256_cvtps_epi32(q2);
+        tot = _mm256_add_ps(tot, _mm256_add_ps(_mm256_mul_ps(q1, _mm256_set1_ps(128.0f)), q2));
+      }
+      xd[m * (K / 32) + j] = d / 128.0f;
+      bsum[j] = (d / 128.0f) * hsum(tot);  // integers below 2^24: hsum is exact
+      __m256i b1 = pack_i8(i1), b2 = pack_i8(i2);
+      if (bits == 4) {
+        b1 = even_odd(b1);
+        b2 = even_odd(b2);
+        if (kChunk == 64 && (j & 1) == 0 && 32 * j + 64 <= K) {
+          prev[0] = b1;  // wait for the chunk's second block
+          prev[1] = b2;
+          continue;
+        }
+        if (kChunk == 64 && (j & 1) == 1) {
+          // [even A | odd A], [even B | odd B] -> [even A | even B], [odd A | odd B]
+          const int at = 32 * (j - 1);
+          _mm256_storeu_si256(reinterpret_cast<__m256i*>(q1r + at), _mm256_permute2x128_si256(prev[0], b1, 0x20));
+          _mm256_storeu_si256(reinterpret_cast<__m256i*>(q1r + at + 32), _mm256_permute2x128_si256(prev[0], b1, 0x31));
+          _mm256_storeu_si256(reinterpret_cast<__m256i*>(q2r + at), _mm256_permute2x128_si256(prev[1], b2, 0x20));
+          _mm256_storeu_si256(reinterpret_cast<__m256i*>(q2r + at + 32), _mm256_permute2x128_si256(prev[1], b2, 0x31));
+          continue;
+        }
+      }
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(q1r + 32 * j), b1);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(q2r + 32 * j), b2);
+    }
+    for (int g = 0; g < K / group_size; ++g) {
+      float sum = 0;
+      for (int j = g * group_size / 32; j < (g + 1) * group_size / 32; ++j) sum += bsum[j];
+      xsum[m * (K / group_size) + g] = sum;
+    }
+  }
+}
+
 inline void qmm_i8_rows(const QmmI8Args& a, int n0, int n1, float* sb) {
   if (a.bits == 4)
     rows_impl<4>(a, n0, n1, sb);
