@@ -92,8 +92,7 @@ std::string describe_tier(bool cpu_kernels) {
                (kc::int8_mode() == kc::Int8Mode::all
                     ? std::string(" (all rows)")
                     : " (<= " + std::to_string(kc::kInt8MaxRows) + " rows)");
-  return "L3 (lmx CPU kernels: " + kernels + ", " + std::to_string(kc::num_threads()) +
-         " threads)";
+  return "L3 (lmx CPU kernels: " + kernels + ", " + std::to_string(kc::num_threads()) + " threads)";
 }
 
 }  // namespace

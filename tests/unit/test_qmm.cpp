@@ -66,13 +66,12 @@ TEST_P(QmmLayouts, MatchesDequantizeMatmulInFloat32) {
       for (mx::Dtype xdt : {mx::float32, mx::bfloat16}) {
         mx::array x =
             mx::astype(mx::random::normal({M, K}, mx::float32, mx::random::key(seed++)), xdt);
-        mx::array got = kc::quantized_matmul(
-            x, q.w, q.scales, q.biases,
-            {.group_size = gs,
-             .bits = bits,
-             .isa = isa,
-             .out_dtype = std::nullopt,
-             .int8 = kc::Int8Mode::off});
+        mx::array got = kc::quantized_matmul(x, q.w, q.scales, q.biases,
+                                             {.group_size = gs,
+                                              .bits = bits,
+                                              .isa = isa,
+                                              .out_dtype = std::nullopt,
+                                              .int8 = kc::Int8Mode::off});
         mx::array want = kc::quantized_matmul_reference(x, q.w, q.scales, q.biases, gs, bits);
         ASSERT_EQ(got.shape(), (mx::Shape{M, N}));
         ASSERT_EQ(got.dtype(), mx::promote_types(xdt, sdt));
@@ -102,13 +101,12 @@ TEST(Qmm, BatchedAndStridedInputs) {
   mx::array xt = mx::transpose(mx::random::normal({256, 5}, mx::float32, mx::random::key(9)));
   for (kc::Isa isa : isas()) {
     for (const mx::array& x : {x3, xt}) {
-      mx::array got = kc::quantized_matmul(
-          x, q.w, q.scales, q.biases,
-          {.group_size = 64,
-           .bits = 4,
-           .isa = isa,
-           .out_dtype = std::nullopt,
-           .int8 = kc::Int8Mode::off});
+      mx::array got = kc::quantized_matmul(x, q.w, q.scales, q.biases,
+                                           {.group_size = 64,
+                                            .bits = 4,
+                                            .isa = isa,
+                                            .out_dtype = std::nullopt,
+                                            .int8 = kc::Int8Mode::off});
       mx::array want = kc::quantized_matmul_reference(x, q.w, q.scales, q.biases, 64, 4);
       ASSERT_EQ(got.shape(), want.shape());
       EXPECT_LE(rel_error(got, want), kBf16Rounding) << kc::isa_name(isa);
@@ -120,11 +118,8 @@ TEST(Qmm, DeterministicAcrossRunsAndIsasAgree) {
   Quantized q = quantize(300, 512, 32, 4, mx::float32, 11);
   mx::array x = mx::random::normal({4, 512}, mx::float32, mx::random::key(12));
   for (kc::Int8Mode int8 : {kc::Int8Mode::off, kc::Int8Mode::all}) {
-    const kc::QmmOptions opt{.group_size = 32,
-                             .bits = 4,
-                             .isa = std::nullopt,
-                             .out_dtype = std::nullopt,
-                             .int8 = int8};
+    const kc::QmmOptions opt{
+        .group_size = 32, .bits = 4, .isa = std::nullopt, .out_dtype = std::nullopt, .int8 = int8};
     mx::array first = kc::quantized_matmul(x, q.w, q.scales, q.biases, opt);
     mx::eval(first);
     for (int i = 0; i < 5; ++i) {
@@ -173,8 +168,8 @@ TEST_P(QmmInt8Layouts, MatchesInt8ArithmeticAndStaysWithinTheQuantizationBound) 
   // (M, N, K): decode rows, odd row counts around the 2-row and 4-row blocks, K with a 32-input
   // tail after the 64-input vectors (96, 160, 224), a wide decode layer (64-row tasks).
   const std::vector<std::tuple<int, int, int>> shapes = {
-      {1, 1, 128}, {1, 7, 96},    {2, 17, 256},  {3, 5, 160},  {5, 64, 384},
-      {8, 9, 224}, {9, 33, 512},  {1, 1031, 576}, {4, 130, 1536}};
+      {1, 1, 128}, {1, 7, 96},   {2, 17, 256},   {3, 5, 160},   {5, 64, 384},
+      {8, 9, 224}, {9, 33, 512}, {1, 1031, 576}, {4, 130, 1536}};
   float worst = 0;
   for (kc::Isa isa : int8_isas()) {
     for (auto [M, N, K] : shapes) {
@@ -216,7 +211,8 @@ TEST_P(QmmInt8Layouts, MatchesInt8ArithmeticAndStaysWithinTheQuantizationBound) 
         //    w_k are centred, so the output's RMS error is ~4.4e-5 of its RMS (4-bit and 8-bit
         //    alike); 2^-13 (1.2e-4) fails a kernel that drops a limb (~0.6%), a block, a scale
         //    or the bias term. A statistic, so over at least 32 outputs.
-        const float rms_err = std::sqrt(mx::mean(mx::square(mx::subtract(got, want))).item<float>());
+        const float rms_err =
+            std::sqrt(mx::mean(mx::square(mx::subtract(got, want))).item<float>());
         const float rms = std::sqrt(mx::mean(mx::square(want)).item<float>());
         if (M * N < 32) continue;
         worst = std::max(worst, rms_err / rms);
@@ -227,11 +223,11 @@ TEST_P(QmmInt8Layouts, MatchesInt8ArithmeticAndStaysWithinTheQuantizationBound) 
   RecordProperty("worst_rms_ratio", std::to_string(worst));
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    All, QmmInt8Layouts,
-    ::testing::Combine(::testing::Values(4, 8), ::testing::Values(32, 64, 128),
-                       ::testing::Values(mx::float32, mx::bfloat16, mx::float16)),
-    layout_name);
+INSTANTIATE_TEST_SUITE_P(All, QmmInt8Layouts,
+                         ::testing::Combine(::testing::Values(4, 8), ::testing::Values(32, 64, 128),
+                                            ::testing::Values(mx::float32, mx::bfloat16,
+                                                              mx::float16)),
+                         layout_name);
 
 TEST(QmmInt8, OtherWidthsAndLargeCallsUseTheFloatKernel) {
   for (kc::Isa isa : int8_isas()) {
@@ -253,9 +249,9 @@ TEST(QmmInt8, OtherWidthsAndLargeCallsUseTheFloatKernel) {
       mx::array expect =
           run(q4, xm, 4, M <= kc::kInt8MaxRows ? kc::Int8Mode::all : kc::Int8Mode::off);
       EXPECT_TRUE(mx::array_equal(small, expect).item<bool>()) << "M=" << M;
-      EXPECT_FALSE(mx::array_equal(run(q4, xm, 4, kc::Int8Mode::all),
-                                   run(q4, xm, 4, kc::Int8Mode::off))
-                       .item<bool>())
+      EXPECT_FALSE(
+          mx::array_equal(run(q4, xm, 4, kc::Int8Mode::all), run(q4, xm, 4, kc::Int8Mode::off))
+              .item<bool>())
           << "the int8 path must differ from the float one (it quantizes x)";
     }
   }
@@ -264,16 +260,25 @@ TEST(QmmInt8, OtherWidthsAndLargeCallsUseTheFloatKernel) {
 TEST(Qmm, BadInputIsAnError) {
   Quantized q = quantize(8, 128, 64, 4, mx::float32, 13);
   mx::array x = mx::zeros({1, 128});
-  const kc::QmmOptions opt{
-      .group_size = 64, .bits = 4, .isa = std::nullopt, .out_dtype = std::nullopt, .int8 = std::nullopt};
+  const kc::QmmOptions opt{.group_size = 64,
+                           .bits = 4,
+                           .isa = std::nullopt,
+                           .out_dtype = std::nullopt,
+                           .int8 = std::nullopt};
   EXPECT_THROW(kc::quantized_matmul(mx::zeros({1, 64}), q.w, q.scales, q.biases, opt), Error);
-  EXPECT_THROW(kc::quantized_matmul(
-                   x, q.w, q.scales, q.biases,
-                   {.group_size = 16, .bits = 4, .isa = std::nullopt, .out_dtype = std::nullopt, .int8 = std::nullopt}),
+  EXPECT_THROW(kc::quantized_matmul(x, q.w, q.scales, q.biases,
+                                    {.group_size = 16,
+                                     .bits = 4,
+                                     .isa = std::nullopt,
+                                     .out_dtype = std::nullopt,
+                                     .int8 = std::nullopt}),
                Error);
-  EXPECT_THROW(kc::quantized_matmul(
-                   x, q.w, q.scales, q.biases,
-                   {.group_size = 64, .bits = 7, .isa = std::nullopt, .out_dtype = std::nullopt, .int8 = std::nullopt}),
+  EXPECT_THROW(kc::quantized_matmul(x, q.w, q.scales, q.biases,
+                                    {.group_size = 64,
+                                     .bits = 7,
+                                     .isa = std::nullopt,
+                                     .out_dtype = std::nullopt,
+                                     .int8 = std::nullopt}),
                Error);
   EXPECT_THROW(kc::quantized_matmul(x, q.w, mx::transpose(q.scales), q.biases, opt), Error);
   EXPECT_THROW(kc::quantized_matmul(mx::zeros({1, 128}, mx::int32), q.w, q.scales, q.biases, opt),

@@ -112,8 +112,8 @@ class NormQkvRope : public mx::Primitive {
     for (const auto& a : out) outs.push_back(mx::array::unsafe_weak_copy(a));
     // The task may outlive this primitive: it captures values only.
     enc.dispatch([spec = spec_, offset = offset_, isa = isa_, int8 = int8_, q = std::move(q),
-                  k = std::move(k),
-                  v = std::move(v), ins = std::move(ins), outs = std::move(outs)]() mutable {
+                  k = std::move(k), v = std::move(v), ins = std::move(ins),
+                  outs = std::move(outs)]() mutable {
       const mx::array& x = ins[0];
       const int B = x.shape(0), L = x.shape(1), D = x.shape(2), M = B * L;
       const int hd = spec.head_dim;
@@ -179,8 +179,7 @@ class OutProjMlp : public mx::UnaryPrimitive {
     std::vector<mx::array> ins;
     for (const auto& a : in) ins.push_back(mx::array::unsafe_weak_copy(a));
     enc.dispatch([eps = eps_, isa = isa_, int8 = int8_, o = std::move(o), g = std::move(g),
-                  u = std::move(u),
-                  d = std::move(d), ins = std::move(ins),
+                  u = std::move(u), d = std::move(d), ins = std::move(ins),
                   out = mx::array::unsafe_weak_copy(out)]() mutable {
       const int D = ins[0].shape(-1);
       const int M = static_cast<int>(ins[0].size() / D);

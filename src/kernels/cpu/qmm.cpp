@@ -363,11 +363,11 @@ mx::array quantized_matmul(const mx::array& x, const mx::array& w, const mx::arr
   const Isa isa = opt.isa.value_or(active_isa());
   kernels_for(isa);  // a forced ISA the CPU lacks fails here, not inside eval
   // MLX's quantized_matmul: the result type of x and the scales.
-  return mx::array(out_shape, opt.out_dtype.value_or(mx::promote_types(x.dtype(), scales.dtype())),
-                   std::make_shared<LmxQuantizedMatmul>(mx::default_stream(mx::Device::cpu),
-                                                        opt.group_size, opt.bits, isa,
-                                                        opt.int8.value_or(int8_mode())),
-                   {x, w, scales, biases});
+  return mx::array(
+      out_shape, opt.out_dtype.value_or(mx::promote_types(x.dtype(), scales.dtype())),
+      std::make_shared<LmxQuantizedMatmul>(mx::default_stream(mx::Device::cpu), opt.group_size,
+                                           opt.bits, isa, opt.int8.value_or(int8_mode())),
+      {x, w, scales, biases});
 }
 
 mx::array quantized_matmul_reference(const mx::array& x, const mx::array& w,

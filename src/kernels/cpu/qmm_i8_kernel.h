@@ -63,7 +63,8 @@ inline void to_float(const void* p, ScaleType t, int n, float* out) {
 inline float dot_f32(const float* a, const float* b, int n) {
   __m256 acc = _mm256_setzero_ps();
   int i = 0;
-  for (; i + 8 <= n; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc);
+  for (; i + 8 <= n; i += 8)
+    acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc);
   float lanes[8];
   _mm256_storeu_ps(lanes, acc);
   float s = ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) +
@@ -236,15 +237,16 @@ inline void rows_impl(const QmmI8Args& a, int n0, int n1, float* sb) {
 
 // 32 int32 values (4 vectors, in order) -> 32 int8 in order.
 inline __m256i pack_i8(const __m256i v[4]) {
-  const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(v[0], v[1]), _mm256_packs_epi32(v[2], v[3]));
+  const __m256i p =
+      _mm256_packs_epi16(_mm256_packs_epi32(v[0], v[1]), _mm256_packs_epi32(v[2], v[3]));
   // packs works within 128-bit lanes: 4-byte groups come out as 0, 2, 4, 6, 1, 3, 5, 7.
   return _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
 }
 
 // 32 int8 in order -> their 16 even elements then their 16 odd ones.
 inline __m256i even_odd(__m256i v) {
-  const __m256i sh = _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15, 0, 2,
-                                      4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+  const __m256i sh = _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15, 0, 2, 4,
+                                      6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
   return _mm256_permute4x64_epi64(_mm256_shuffle_epi8(v, sh), 0xD8);  // qwords 0, 2, 1, 3
 }
 
@@ -271,7 +273,8 @@ inline void quantize_x(const float* x, int M, int K, int group_size, int bits, s
       h = _mm_max_ps(h, _mm_movehl_ps(h, h));
       const float am = _mm_cvtss_f32(_mm_max_ss(h, _mm_movehdup_ps(h)));
       const float id = am > 0 ? 127.0f / am : 0.0f, d = am / 127.0f;
-      const __m256 vid = _mm256_set1_ps(id), vd = _mm256_set1_ps(d), vid2 = _mm256_set1_ps(id * 128.0f);
+      const __m256 vid = _mm256_set1_ps(id), vd = _mm256_set1_ps(d),
+                   vid2 = _mm256_set1_ps(id * 128.0f);
       __m256i i1[4], i2[4];
       __m256 tot = _mm256_setzero_ps();
       for (int t = 0; t < 4; ++t) {
@@ -296,10 +299,14 @@ inline void quantize_x(const float* x, int M, int K, int group_size, int bits, s
         if (kChunk == 64 && (j & 1) == 1) {
           // [even A | odd A], [even B | odd B] -> [even A | even B], [odd A | odd B]
           const int at = 32 * (j - 1);
-          _mm256_storeu_si256(reinterpret_cast<__m256i*>(q1r + at), _mm256_permute2x128_si256(prev[0], b1, 0x20));
-          _mm256_storeu_si256(reinterpret_cast<__m256i*>(q1r + at + 32), _mm256_permute2x128_si256(prev[0], b1, 0x31));
-          _mm256_storeu_si256(reinterpret_cast<__m256i*>(q2r + at), _mm256_permute2x128_si256(prev[1], b2, 0x20));
-          _mm256_storeu_si256(reinterpret_cast<__m256i*>(q2r + at + 32), _mm256_permute2x128_si256(prev[1], b2, 0x31));
+          _mm256_storeu_si256(reinterpret_cast<__m256i*>(q1r + at),
+                              _mm256_permute2x128_si256(prev[0], b1, 0x20));
+          _mm256_storeu_si256(reinterpret_cast<__m256i*>(q1r + at + 32),
+                              _mm256_permute2x128_si256(prev[0], b1, 0x31));
+          _mm256_storeu_si256(reinterpret_cast<__m256i*>(q2r + at),
+                              _mm256_permute2x128_si256(prev[1], b2, 0x20));
+          _mm256_storeu_si256(reinterpret_cast<__m256i*>(q2r + at + 32),
+                              _mm256_permute2x128_si256(prev[1], b2, 0x31));
           continue;
         }
       }
