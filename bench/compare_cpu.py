@@ -5,17 +5,20 @@ Runs, one after another on the same machine: `lmx bench` (default tier L3), `lmx
 (tier L1), `python -m mlx_lm.benchmark` (mlx-lm on the CPU wheel) on the MLX model, and
 llama.cpp's `llama-bench` with --threads on the GGUF the MLX model was converted from. Reports
 prompt (prefill) tok/s, decode tok/s, each process's peak RSS (wait4), the load average before
-each run, and ratios against llama.cpp (--threads) as a Markdown table; lmx with one pool thread
-and llama.cpp with one thread are extra rows (on a shared machine, spinning threads lose).
+each run, and ratios against llama.cpp (--threads) as a Markdown table; lmx with one pool thread,
+lmx with its int8-activation path off (LMX_CPU_INT8=0) and llama.cpp with one thread are extra
+rows (on a shared machine, spinning threads lose). --repeat R runs the whole sequence R times and
+reports each row's median (and the range of the load averages before its runs).
 
 usage: compare_cpu.py --model DIR [--gguf FILE --llama-bench PATH] [--lmx build/lmx]
-                      [-p 512] [-g 128] [-n 3] [-t 2]
+                      [-p 512] [-g 128] [-n 3] [-t 2] [--repeat 1]
 """
 import argparse
 import json
 import os
 import platform
 import re
+import statistics
 import sys
 from pathlib import Path
 
@@ -77,15 +80,21 @@ def main():
     ap.add_argument("-g", "--generation-tokens", type=int, default=128)
     ap.add_argument("-n", "--num-trials", type=int, default=3)
     ap.add_argument("-t", "--threads", type=int, default=2)
+    ap.add_argument("--repeat", type=int, default=1, help="sequences to run; rows give medians")
     a = ap.parse_args()
 
-    runs = []
-    for name, fn in [
+    configs = [
         ("lmx default", lambda: lmx(a.lmx, a.model, a.prompt_tokens, a.generation_tokens,
                                     a.num_trials, [])),
         ("lmx default, LMX_CPU_THREADS=1",
          lambda: lmx(a.lmx, a.model, a.prompt_tokens, a.generation_tokens, a.num_trials, [],
                      {"LMX_CPU_THREADS": "1"})),
+        ("lmx LMX_CPU_INT8=0",
+         lambda: lmx(a.lmx, a.model, a.prompt_tokens, a.generation_tokens, a.num_trials, [],
+                     {"LMX_CPU_INT8": "0"})),
+        ("lmx LMX_CPU_INT8=0, LMX_CPU_THREADS=1",
+         lambda: lmx(a.lmx, a.model, a.prompt_tokens, a.generation_tokens, a.num_trials, [],
+                     {"LMX_CPU_INT8": "0", "LMX_CPU_THREADS": "1"})),
         ("lmx --exact", lambda: lmx(a.lmx, a.model, a.prompt_tokens, a.generation_tokens,
                                     a.num_trials, ["--exact"])),
         ("mlx-lm", lambda: mlx_lm(a.model, a.prompt_tokens, a.generation_tokens, a.num_trials)),
@@ -93,14 +102,26 @@ def main():
                                                   a.generation_tokens, a.num_trials, 1)),
         ("llama.cpp", lambda: llama_cpp(a.llama_bench, a.gguf, a.prompt_tokens,
                                         a.generation_tokens, a.num_trials, a.threads)),
-    ]:
-        if name.startswith("llama.cpp") and not (a.llama_bench and a.gguf):
-            continue
-        load = os.getloadavg()[0]
-        r = fn()
-        r.update(name=name, load=load)
-        runs.append(r)
-        print(f"{name}: {r}", file=sys.stderr)
+    ]
+    samples = {}
+    for rep in range(a.repeat):
+        for name, fn in configs:
+            if name.startswith("llama.cpp") and not (a.llama_bench and a.gguf):
+                continue
+            load = os.getloadavg()[0]
+            r = fn()
+            r.update(name=name, load=load)
+            samples.setdefault(name, []).append(r)
+            print(f"[{rep + 1}/{a.repeat}] {name}: {r}", file=sys.stderr)
+    runs = []
+    for name, rs in samples.items():
+        loads = [r["load"] for r in rs]
+        runs.append(dict(name=name, note=rs[0]["note"],
+                         prompt=statistics.median(r["prompt"] for r in rs),
+                         decode=statistics.median(r["decode"] for r in rs),
+                         rss=statistics.median(r["rss"] for r in rs),
+                         load=f"{min(loads):.2f}" if len(rs) == 1 else
+                         f"{min(loads):.2f} - {max(loads):.2f}"))
 
     cpu = platform.machine()
     try:
@@ -111,14 +132,19 @@ def main():
     ref = runs[-1]
     vs = ref["name"]
     print(f"machine: {cpu}, {os.cpu_count()} cores; prompt {a.prompt_tokens} tokens, decode "
-          f"{a.generation_tokens} tokens, {a.num_trials} trials (lmx and mlx-lm after a warm-up)\n")
+          f"{a.generation_tokens} tokens, {a.num_trials} trials (lmx and mlx-lm after a warm-up); "
+          f"median of {a.repeat} sequence(s)\n")
+    # On a loaded 2-core machine llama.cpp's 1-thread row is its better one: ratios to it too.
+    one = next((r for r in runs if r["name"] == "llama.cpp, 1 thread"), None)
+    extra = " decode / llama.cpp 1 thread |" if one else ""
     print("| runtime | path | prefill tok/s | decode tok/s | peak RSS MB | load avg before | "
-          f"prefill / {vs} | decode / {vs} |")
-    print("|---|---|---|---|---|---|---|---|")
+          f"prefill / {vs} | decode / {vs} |{extra}")
+    print("|---|---|---|---|---|---|---|---|" + ("---|" if one else ""))
     for r in runs:
         print(f"| {r['name']} | {r['note']} | {r['prompt']:.1f} | {r['decode']:.1f} | "
-              f"{r['rss']:.0f} | {r['load']:.2f} | {r['prompt'] / ref['prompt']:.2f} | "
-              f"{r['decode'] / ref['decode']:.2f} |")
+              f"{r['rss']:.0f} | {r['load']} | {r['prompt'] / ref['prompt']:.2f} | "
+              f"{r['decode'] / ref['decode']:.2f} |" +
+              (f" {r['decode'] / one['decode']:.2f} |" if one else ""))
 
 
 if __name__ == "__main__":

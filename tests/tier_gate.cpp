@@ -1,27 +1,56 @@
 #include "tier_gate.h"
 
+#include <algorithm>
 #include <random>
 
 #include "generate/generate.h"
 
 namespace lmx::test {
 
-TeacherForced compare_teacher_forced(Model& exact, Model& fast, const std::vector<int>& tokens) {
-  const mx::array ids(tokens.data(), {1, static_cast<int>(tokens.size())}, mx::int32);
-  auto logprobs = [&](Model& m) {
-    Cache cache = m.make_cache();
-    mx::array logits = mx::astype(m(ids, cache), mx::float32);
-    return mx::subtract(logits, mx::logsumexp(logits, -1, true));
-  };
-  mx::array lp = logprobs(exact), lq = logprobs(fast);
+namespace {
+
+TeacherForced compare(const mx::array& lp, const mx::array& lq, int positions) {
   mx::array kl = mx::sum(mx::multiply(mx::exp(lp), mx::subtract(lp, lq)), -1);
   mx::array agree = mx::equal(mx::argmax(lp, -1), mx::argmax(lq, -1));
   TeacherForced r;
-  r.positions = static_cast<int>(tokens.size());
+  r.positions = positions;
   r.mean_kl = mx::mean(kl).item<float>();
   r.top1_agree = mx::mean(mx::astype(agree, mx::float32)).item<float>();
   r.max_abs_diff = mx::max(mx::abs(mx::subtract(lp, lq))).item<float>();
   return r;
+}
+
+mx::array log_softmax(const mx::array& logits) {
+  mx::array l = mx::astype(logits, mx::float32);
+  return mx::subtract(l, mx::logsumexp(l, -1, true));
+}
+
+}  // namespace
+
+TeacherForced compare_teacher_forced(Model& exact, Model& fast, const std::vector<int>& tokens) {
+  const mx::array ids(tokens.data(), {1, static_cast<int>(tokens.size())}, mx::int32);
+  auto logprobs = [&](Model& m) {
+    Cache cache = m.make_cache();
+    return log_softmax(m(ids, cache));
+  };
+  return compare(logprobs(exact), logprobs(fast), static_cast<int>(tokens.size()));
+}
+
+TeacherForced compare_teacher_forced_steps(Model& exact, Model& fast,
+                                           const std::vector<int>& tokens, int max_step) {
+  const int L = static_cast<int>(tokens.size());
+  const mx::array ids(tokens.data(), {1, L}, mx::int32);
+  Cache ce = exact.make_cache();
+  mx::array lp = log_softmax(exact(ids, ce));
+  Cache cf = fast.make_cache();
+  std::vector<mx::array> parts;
+  for (int at = 0, step = 1; at < L; at += step, step = step % max_step + 1) {
+    const int n = std::min(step, L - at);
+    const mx::array chunk(tokens.data() + at, {1, n}, mx::int32);
+    parts.push_back(log_softmax(fast(chunk, cf)));
+    mx::eval(parts.back());
+  }
+  return compare(lp, mx::concatenate(parts, 1), L);
 }
 
 std::vector<int> greedy(Model& model, const std::vector<int>& prompt, int max_tokens) {

@@ -19,6 +19,11 @@ struct TeacherForced {
 // One forward of `tokens` (1, L) through each model from an empty cache.
 TeacherForced compare_teacher_forced(Model& exact, Model& fast, const std::vector<int>& tokens);
 
+// The same gate with `fast` fed the tokens in steps of 1, 2, ..., max_step, 1, 2, ... tokens
+// through one cache (decode-sized calls: the kernels' small-M paths), `exact` in one forward.
+TeacherForced compare_teacher_forced_steps(Model& exact, Model& fast,
+                                           const std::vector<int>& tokens, int max_step);
+
 // Greedy continuation of `prompt` (prefill, then one token per step), ignoring EOS.
 std::vector<int> greedy(Model& model, const std::vector<int>& prompt, int max_tokens);
 

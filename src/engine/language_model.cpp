@@ -83,8 +83,16 @@ namespace {
 
 std::string describe_tier(bool cpu_kernels) {
   if (!cpu_kernels) return "L1 (exact: stock MLX ops)";
-  return "L3 (lmx CPU kernels: " + kernels::cpu::isa_name(kernels::cpu::active_isa()) + ", " +
-         std::to_string(kernels::cpu::num_threads()) + " threads)";
+  namespace kc = kernels::cpu;
+  const kc::Isa isa = kc::active_isa();
+  std::string kernels = kc::isa_name(isa);
+  if (const std::string i8 = kc::int8_kernel_name(isa);
+      !i8.empty() && kc::int8_mode() != kc::Int8Mode::off)
+    kernels += " + int8 " + i8 +
+               (kc::int8_mode() == kc::Int8Mode::all
+                    ? std::string(" (all rows)")
+                    : " (<= " + std::to_string(kc::kInt8MaxRows) + " rows)");
+  return "L3 (lmx CPU kernels: " + kernels + ", " + std::to_string(kc::num_threads()) + " threads)";
 }
 
 }  // namespace

@@ -1,7 +1,8 @@
 // Tier L3 (lmx's CPU kernels) against tier L1 on the real SmolLM2-135M-Instruct 4-bit (float32
 // activations and scales): mean KL <= 1e-3 over a 512-token teacher-forced text, top-1
-// agreement >= 98%, greedy output identical on >= 3 of 4 prompts for 64 tokens; and the same
-// tokens for any thread count and from the AVX2 kernel as from the default one.
+// agreement >= 98% (over one forward, and in decode-sized steps, the int8-activation path),
+// greedy output identical on >= 3 of 4 prompts for 64 tokens; and the same tokens for any thread
+// count, with the AVX2 kernel and with LMX_CPU_INT8=0.
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -9,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/qmm.h"
 #include "models/model.h"
 #include "test_util.h"
 #include "tier_gate.h"
@@ -42,6 +44,13 @@ TEST(TiersSmolLM2, TeacherForcedAndGreedyAgreeWithL1) {
   EXPECT_GE(r.top1_agree, 0.98);
   RecordProperty("mean_kl", std::to_string(r.mean_kl));
   RecordProperty("top1_agree", std::to_string(r.top1_agree));
+  // The same text in decode-sized steps (1 to kInt8MaxRows tokens): the int8-activation path.
+  const auto rs = test::compare_teacher_forced_steps(*exact.model, *fast.model, ids,
+                                                     kernels::cpu::kInt8MaxRows);
+  EXPECT_LE(rs.mean_kl, 1e-3);
+  EXPECT_GE(rs.top1_agree, 0.98);
+  RecordProperty("steps_mean_kl", std::to_string(rs.mean_kl));
+  RecordProperty("steps_top1_agree", std::to_string(rs.top1_agree));
 
   const std::vector<std::string> prompts = {
       "What is the capital of France? Answer in one sentence.",
@@ -80,6 +89,19 @@ TEST(TiersSmolLM2, SameTokensForEveryThreadCountAndTheAvx2Kernel) {
   const auto bad = test::run_lmx_env("LMX_CPU_ISA=sse9", args);
   EXPECT_EQ(bad.exit_code, 1);
   EXPECT_NE(bad.err.find("expected avx512, avx2 or generic"), std::string::npos) << bad.err;
+  // The int8 path is on by default where a VNNI kernel exists; LMX_CPU_INT8=0 turns it off.
+  if (!kernels::cpu::int8_kernel_name(kernels::cpu::active_isa()).empty()) {
+    EXPECT_NE(test::run_lmx("--version").out.find(" + int8 "), std::string::npos);
+    const auto off = test::run_lmx_env("LMX_CPU_INT8=0", "--version");
+    EXPECT_EQ(off.out.find(" + int8 "), std::string::npos) << off.out;
+    const auto f1 = test::run_lmx_env("LMX_CPU_INT8=0", args);
+    const auto f2 = test::run_lmx_env("LMX_CPU_INT8=0 LMX_CPU_THREADS=1", args);
+    ASSERT_EQ(f1.exit_code, 0) << f1.err;
+    EXPECT_EQ(f1.out, f2.out);
+  }
+  const auto bad8 = test::run_lmx_env("LMX_CPU_INT8=yes", args);
+  EXPECT_EQ(bad8.exit_code, 1);
+  EXPECT_NE(bad8.err.find("expected 0, 1 or all"), std::string::npos) << bad8.err;
 }
 
 }  // namespace

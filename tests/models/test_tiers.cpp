@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/json.h"
+#include "kernels/cpu/qmm.h"
 #include "models/model.h"
 #include "test_util.h"
 #include "tier_gate.h"
@@ -63,6 +64,18 @@ class Tiers : public ::testing::TestWithParam<std::string> {
 TEST_P(Tiers, TeacherForcedDistributionsAgree) {
   const auto tokens = test::random_tokens(512, vocab_, std::hash<std::string>{}(GetParam()));
   const auto r = test::compare_teacher_forced(*exact_.model, *fast_.model, tokens);
+  EXPECT_GT(r.max_abs_diff, 0) << "L3 ran exactly L1's ops: no layer of this row is on the kernels";
+  EXPECT_LE(r.mean_kl, 1e-3);
+  EXPECT_GE(r.top1_agree, 0.98);
+  RecordProperty("mean_kl", std::to_string(r.mean_kl));
+}
+
+// The same gate through decode-sized calls (1 to kInt8MaxRows tokens a step), where the kernels
+// take their int8-activation path.
+TEST_P(Tiers, TeacherForcedInDecodeStepsAgree) {
+  const auto tokens = test::random_tokens(512, vocab_, std::hash<std::string>{}(GetParam()));
+  const auto r = test::compare_teacher_forced_steps(*exact_.model, *fast_.model, tokens,
+                                                    kernels::cpu::kInt8MaxRows);
   EXPECT_GT(r.max_abs_diff, 0) << "L3 ran exactly L1's ops: no layer of this row is on the kernels";
   EXPECT_LE(r.mean_kl, 1e-3);
   EXPECT_GE(r.top1_agree, 0.98);

@@ -3,6 +3,7 @@
 // CPU has (avx512, avx2 and generic on this project's x86 machines).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <tuple>
@@ -65,9 +66,12 @@ TEST_P(QmmLayouts, MatchesDequantizeMatmulInFloat32) {
       for (mx::Dtype xdt : {mx::float32, mx::bfloat16}) {
         mx::array x =
             mx::astype(mx::random::normal({M, K}, mx::float32, mx::random::key(seed++)), xdt);
-        mx::array got = kc::quantized_matmul(
-            x, q.w, q.scales, q.biases,
-            {.group_size = gs, .bits = bits, .isa = isa, .out_dtype = std::nullopt});
+        mx::array got = kc::quantized_matmul(x, q.w, q.scales, q.biases,
+                                             {.group_size = gs,
+                                              .bits = bits,
+                                              .isa = isa,
+                                              .out_dtype = std::nullopt,
+                                              .int8 = kc::Int8Mode::off});
         mx::array want = kc::quantized_matmul_reference(x, q.w, q.scales, q.biases, gs, bits);
         ASSERT_EQ(got.shape(), (mx::Shape{M, N}));
         ASSERT_EQ(got.dtype(), mx::promote_types(xdt, sdt));
@@ -97,9 +101,12 @@ TEST(Qmm, BatchedAndStridedInputs) {
   mx::array xt = mx::transpose(mx::random::normal({256, 5}, mx::float32, mx::random::key(9)));
   for (kc::Isa isa : isas()) {
     for (const mx::array& x : {x3, xt}) {
-      mx::array got = kc::quantized_matmul(
-          x, q.w, q.scales, q.biases,
-          {.group_size = 64, .bits = 4, .isa = isa, .out_dtype = std::nullopt});
+      mx::array got = kc::quantized_matmul(x, q.w, q.scales, q.biases,
+                                           {.group_size = 64,
+                                            .bits = 4,
+                                            .isa = isa,
+                                            .out_dtype = std::nullopt,
+                                            .int8 = kc::Int8Mode::off});
       mx::array want = kc::quantized_matmul_reference(x, q.w, q.scales, q.biases, 64, 4);
       ASSERT_EQ(got.shape(), want.shape());
       EXPECT_LE(rel_error(got, want), kBf16Rounding) << kc::isa_name(isa);
@@ -110,29 +117,168 @@ TEST(Qmm, BatchedAndStridedInputs) {
 TEST(Qmm, DeterministicAcrossRunsAndIsasAgree) {
   Quantized q = quantize(300, 512, 32, 4, mx::float32, 11);
   mx::array x = mx::random::normal({4, 512}, mx::float32, mx::random::key(12));
-  const kc::QmmOptions opt{
-      .group_size = 32, .bits = 4, .isa = std::nullopt, .out_dtype = std::nullopt};
-  mx::array first = kc::quantized_matmul(x, q.w, q.scales, q.biases, opt);
-  mx::eval(first);
-  for (int i = 0; i < 5; ++i) {
-    mx::array again = kc::quantized_matmul(x, q.w, q.scales, q.biases, opt);
-    EXPECT_TRUE(mx::array_equal(first, again).item<bool>()) << "run " << i;
+  for (kc::Int8Mode int8 : {kc::Int8Mode::off, kc::Int8Mode::all}) {
+    const kc::QmmOptions opt{
+        .group_size = 32, .bits = 4, .isa = std::nullopt, .out_dtype = std::nullopt, .int8 = int8};
+    mx::array first = kc::quantized_matmul(x, q.w, q.scales, q.biases, opt);
+    mx::eval(first);
+    for (int i = 0; i < 5; ++i) {
+      mx::array again = kc::quantized_matmul(x, q.w, q.scales, q.biases, opt);
+      EXPECT_TRUE(mx::array_equal(first, again).item<bool>()) << "run " << i;
+    }
+  }
+}
+
+// The int8 path (QmmI8Args) under each ISA that has a VNNI kernel: avx512 -> AVX512-VNNI,
+// avx2 -> AVX-VNNI.
+std::vector<kc::Isa> int8_isas() {
+  std::vector<kc::Isa> out;
+  for (kc::Isa i : {kc::Isa::avx512, kc::Isa::avx2})
+    if (kc::isa_available(i) && !kc::int8_kernel_name(i).empty()) out.push_back(i);
+  return out;
+}
+
+// The int8 path's arithmetic in plain MLX float32 ops: x quantized per block of 32 to two limbs
+// exactly as the kernel does (the same IEEE operations: id = 127 / amax, d = amax / 127, q1 =
+// round(x * id), q2 = round((x - q1 * d) * (id * 128)), xhat = (128 q1 + q2) * (d / 128)), then
+// xhat @ dequantize(w).T.
+mx::array int8_reference(const mx::array& x, const Quantized& q, int gs, int bits) {
+  const int M = x.shape(0), K = x.shape(1);
+  mx::array xf = mx::reshape(mx::astype(x, mx::float32), {M, K / 32, 32});
+  mx::array amax = mx::max(mx::abs(xf), -1, true);
+  mx::array id = mx::where(mx::greater(amax, mx::array(0.0f)), mx::divide(mx::array(127.0f), amax),
+                           mx::array(0.0f));
+  mx::array d = mx::divide(amax, mx::array(127.0f));
+  mx::array q1 = mx::round(mx::multiply(xf, id));
+  mx::array r = mx::subtract(xf, mx::multiply(q1, d));
+  mx::array q2 = mx::round(mx::multiply(r, mx::multiply(id, mx::array(128.0f))));
+  mx::array xhat = mx::multiply(mx::add(mx::multiply(q1, mx::array(128.0f)), q2),
+                                mx::divide(d, mx::array(128.0f)));
+  mx::array wf = mx::dequantize(q.w, mx::astype(q.scales, mx::float32),
+                                mx::astype(q.biases, mx::float32), gs, bits);
+  return mx::matmul(mx::reshape(xhat, {M, K}), mx::transpose(wf));
+}
+
+class QmmInt8Layouts : public ::testing::TestWithParam<Layout> {};
+
+TEST_P(QmmInt8Layouts, MatchesInt8ArithmeticAndStaysWithinTheQuantizationBound) {
+  const auto [bits, gs, sdt] = GetParam();
+  if (int8_isas().empty()) GTEST_SKIP() << "this CPU has neither AVX512-VNNI nor AVX-VNNI";
+  uint64_t seed = 100;
+  // (M, N, K): decode rows, odd row counts around the 2-row and 4-row blocks, K with a 32-input
+  // tail after the 64-input vectors (96, 160, 224), a wide decode layer (64-row tasks).
+  const std::vector<std::tuple<int, int, int>> shapes = {
+      {1, 1, 128}, {1, 7, 96},   {2, 17, 256},   {3, 5, 160},   {5, 64, 384},
+      {8, 9, 224}, {9, 33, 512}, {1, 1031, 576}, {4, 130, 1536}};
+  float worst = 0;
+  for (kc::Isa isa : int8_isas()) {
+    for (auto [M, N, K] : shapes) {
+      if (K % gs) continue;
+      Quantized q = quantize(N, K, gs, bits, sdt, seed++);
+      for (mx::Dtype xdt : {mx::float32, mx::bfloat16}) {
+        mx::array x =
+            mx::astype(mx::random::normal({M, K}, mx::float32, mx::random::key(seed++)), xdt);
+        mx::array got = kc::quantized_matmul(x, q.w, q.scales, q.biases,
+                                             {.group_size = gs,
+                                              .bits = bits,
+                                              .isa = isa,
+                                              .out_dtype = mx::float32,
+                                              .int8 = kc::Int8Mode::all});
+        const std::string where = kc::int8_kernel_name(isa) + " M=" + std::to_string(M) +
+                                  " N=" + std::to_string(N) + " K=" + std::to_string(K);
+        // 1. The kernel computes the int8 arithmetic it stands for: only the float32
+        //    accumulation order differs, so within the float kernel's bound.
+        EXPECT_LE(rel_error(got, int8_reference(x, q, gs, bits)), kBf16Rounding) << where;
+        // 2. Against the float32 computation: got - want = sum_k w_k (xhat_k - x_k). Rounding
+        //    to the nearest step d = amax / 127, then the remainder to the nearest d / 128,
+        //    leaves |x_k - xhat_k| <= amax / 32512 (plus the float32 rounding of the remainder,
+        //    ~2^-24 amax, well inside 1%). So |got - want| <= 1.01 * sum_k (amax_k / 32512) |w_k|.
+        mx::array want = kc::quantized_matmul_reference(x, q.w, q.scales, q.biases, gs, bits);
+        mx::array xf = mx::reshape(mx::astype(x, mx::float32), {M, K / 32, 32});
+        mx::array half_step = mx::reshape(
+            mx::broadcast_to(mx::divide(mx::max(mx::abs(xf), -1, true), mx::array(127.0f * 256)),
+                             {M, K / 32, 32}),
+            {M, K});
+        mx::array wabs = mx::abs(mx::dequantize(q.w, mx::astype(q.scales, mx::float32),
+                                                mx::astype(q.biases, mx::float32), gs, bits));
+        mx::array bound =
+            mx::multiply(mx::matmul(half_step, mx::transpose(wabs)), mx::array(1.01f));
+        mx::array err = mx::abs(mx::subtract(got, want));
+        EXPECT_TRUE(mx::all(mx::less_equal(err, bound)).item<bool>())
+            << where << ": max excess " << mx::max(mx::subtract(err, bound)).item<float>();
+        // 3. Typical error: each x_k moves by a roughly uniform error of std step / sqrt(12),
+        //    step = amax / (127 * 128) ~ 2.5 sigma / 16256 for normal x over 32 inputs, and the
+        //    w_k are centred, so the output's RMS error is ~4.4e-5 of its RMS (4-bit and 8-bit
+        //    alike); 2^-13 (1.2e-4) fails a kernel that drops a limb (~0.6%), a block, a scale
+        //    or the bias term. A statistic, so over at least 32 outputs.
+        const float rms_err =
+            std::sqrt(mx::mean(mx::square(mx::subtract(got, want))).item<float>());
+        const float rms = std::sqrt(mx::mean(mx::square(want)).item<float>());
+        if (M * N < 32) continue;
+        worst = std::max(worst, rms_err / rms);
+        EXPECT_LE(rms_err, rms / 8192) << where;
+      }
+    }
+  }
+  RecordProperty("worst_rms_ratio", std::to_string(worst));
+}
+
+INSTANTIATE_TEST_SUITE_P(All, QmmInt8Layouts,
+                         ::testing::Combine(::testing::Values(4, 8), ::testing::Values(32, 64, 128),
+                                            ::testing::Values(mx::float32, mx::bfloat16,
+                                                              mx::float16)),
+                         layout_name);
+
+TEST(QmmInt8, OtherWidthsAndLargeCallsUseTheFloatKernel) {
+  for (kc::Isa isa : int8_isas()) {
+    // bits 3: no int8 path even when asked for every call.
+    Quantized q3 = quantize(40, 256, 64, 3, mx::float32, 21);
+    mx::array x = mx::random::normal({2, 256}, mx::float32, mx::random::key(22));
+    auto run = [&](const Quantized& q, const mx::array& x, int bits, kc::Int8Mode m) {
+      return kc::quantized_matmul(
+          x, q.w, q.scales, q.biases,
+          {.group_size = 64, .bits = bits, .isa = isa, .out_dtype = std::nullopt, .int8 = m});
+    };
+    EXPECT_TRUE(mx::array_equal(run(q3, x, 3, kc::Int8Mode::all), run(q3, x, 3, kc::Int8Mode::off))
+                    .item<bool>());
+    // The default mode: int8 for at most kInt8MaxRows rows, the float kernel above.
+    Quantized q4 = quantize(40, 256, 64, 4, mx::float32, 23);
+    for (int M : {1, kc::kInt8MaxRows, kc::kInt8MaxRows + 1}) {
+      mx::array xm = mx::random::normal({M, 256}, mx::float32, mx::random::key(24 + M));
+      mx::array small = run(q4, xm, 4, kc::Int8Mode::small);
+      mx::array expect =
+          run(q4, xm, 4, M <= kc::kInt8MaxRows ? kc::Int8Mode::all : kc::Int8Mode::off);
+      EXPECT_TRUE(mx::array_equal(small, expect).item<bool>()) << "M=" << M;
+      EXPECT_FALSE(
+          mx::array_equal(run(q4, xm, 4, kc::Int8Mode::all), run(q4, xm, 4, kc::Int8Mode::off))
+              .item<bool>())
+          << "the int8 path must differ from the float one (it quantizes x)";
+    }
   }
 }
 
 TEST(Qmm, BadInputIsAnError) {
   Quantized q = quantize(8, 128, 64, 4, mx::float32, 13);
   mx::array x = mx::zeros({1, 128});
-  const kc::QmmOptions opt{
-      .group_size = 64, .bits = 4, .isa = std::nullopt, .out_dtype = std::nullopt};
+  const kc::QmmOptions opt{.group_size = 64,
+                           .bits = 4,
+                           .isa = std::nullopt,
+                           .out_dtype = std::nullopt,
+                           .int8 = std::nullopt};
   EXPECT_THROW(kc::quantized_matmul(mx::zeros({1, 64}), q.w, q.scales, q.biases, opt), Error);
-  EXPECT_THROW(kc::quantized_matmul(
-                   x, q.w, q.scales, q.biases,
-                   {.group_size = 16, .bits = 4, .isa = std::nullopt, .out_dtype = std::nullopt}),
+  EXPECT_THROW(kc::quantized_matmul(x, q.w, q.scales, q.biases,
+                                    {.group_size = 16,
+                                     .bits = 4,
+                                     .isa = std::nullopt,
+                                     .out_dtype = std::nullopt,
+                                     .int8 = std::nullopt}),
                Error);
-  EXPECT_THROW(kc::quantized_matmul(
-                   x, q.w, q.scales, q.biases,
-                   {.group_size = 64, .bits = 7, .isa = std::nullopt, .out_dtype = std::nullopt}),
+  EXPECT_THROW(kc::quantized_matmul(x, q.w, q.scales, q.biases,
+                                    {.group_size = 64,
+                                     .bits = 7,
+                                     .isa = std::nullopt,
+                                     .out_dtype = std::nullopt,
+                                     .int8 = std::nullopt}),
                Error);
   EXPECT_THROW(kc::quantized_matmul(x, q.w, mx::transpose(q.scales), q.biases, opt), Error);
   EXPECT_THROW(kc::quantized_matmul(mx::zeros({1, 128}, mx::int32), q.w, q.scales, q.biases, opt),

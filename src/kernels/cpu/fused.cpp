@@ -32,8 +32,8 @@ Layer take(const std::vector<mx::array>& in, size_t& i, const QLinear& spec) {
   return l;
 }
 
-void linear(const Layer& l, const float* x, int M, float* out, Isa isa) {
-  qmm_f32(l.w, x, M, out, isa);
+void linear(const Layer& l, const float* x, int M, float* out, Isa isa, Int8Mode int8) {
+  qmm_f32(l.w, x, M, out, isa, int8);
   if (!l.bias) return;
   std::vector<float> b(l.bias->size());
   to_f32_rows(*l.bias, b.data());
@@ -91,8 +91,16 @@ void rope(float* x, const RopeTable& t, int l, const RopeSpec& r) {
 
 class NormQkvRope : public mx::Primitive {
  public:
-  NormQkvRope(mx::Stream s, QkvSpec spec, int offset, QLinear q, QLinear k, QLinear v, Isa isa)
-      : mx::Primitive(s), spec_(spec), offset_(offset), q_(q), k_(k), v_(v), isa_(isa) {}
+  NormQkvRope(mx::Stream s, QkvSpec spec, int offset, QLinear q, QLinear k, QLinear v, Isa isa,
+              Int8Mode int8)
+      : mx::Primitive(s),
+        spec_(spec),
+        offset_(offset),
+        q_(q),
+        k_(k),
+        v_(v),
+        isa_(isa),
+        int8_(int8) {}
 
   void eval_cpu(const std::vector<mx::array>& in, std::vector<mx::array>& out) override {
     for (auto& o : out) o.set_data(mx::allocator::malloc(o.nbytes()));
@@ -103,8 +111,9 @@ class NormQkvRope : public mx::Primitive {
     for (const auto& a : in) ins.push_back(mx::array::unsafe_weak_copy(a));
     for (const auto& a : out) outs.push_back(mx::array::unsafe_weak_copy(a));
     // The task may outlive this primitive: it captures values only.
-    enc.dispatch([spec = spec_, offset = offset_, isa = isa_, q = std::move(q), k = std::move(k),
-                  v = std::move(v), ins = std::move(ins), outs = std::move(outs)]() mutable {
+    enc.dispatch([spec = spec_, offset = offset_, isa = isa_, int8 = int8_, q = std::move(q),
+                  k = std::move(k), v = std::move(v), ins = std::move(ins),
+                  outs = std::move(outs)]() mutable {
       const mx::array& x = ins[0];
       const int B = x.shape(0), L = x.shape(1), D = x.shape(2), M = B * L;
       const int hd = spec.head_dim;
@@ -119,7 +128,7 @@ class NormQkvRope : public mx::Primitive {
       for (int t = 0; t < 3; ++t) {
         const int N = layers[t]->w.N, H = heads[t];
         std::vector<float> y(static_cast<size_t>(M) * N), o(y.size());
-        linear(*layers[t], n.data(), M, y.data(), isa);
+        linear(*layers[t], n.data(), M, y.data(), isa, int8);
         // (B, L, H, hd) -> (B, H, L, hd), rotating q and k.
         for (int b = 0; b < B; ++b)
           for (int l = 0; l < L; ++l)
@@ -146,12 +155,21 @@ class NormQkvRope : public mx::Primitive {
   int offset_;
   QLinear q_, k_, v_;  // layouts only; the arrays are the inputs
   Isa isa_;
+  Int8Mode int8_;
 };
 
 class OutProjMlp : public mx::UnaryPrimitive {
  public:
-  OutProjMlp(mx::Stream s, float eps, QLinear o, QLinear gate, QLinear up, QLinear down, Isa isa)
-      : mx::UnaryPrimitive(s), eps_(eps), o_(o), gate_(gate), up_(up), down_(down), isa_(isa) {}
+  OutProjMlp(mx::Stream s, float eps, QLinear o, QLinear gate, QLinear up, QLinear down, Isa isa,
+             Int8Mode int8)
+      : mx::UnaryPrimitive(s),
+        eps_(eps),
+        o_(o),
+        gate_(gate),
+        up_(up),
+        down_(down),
+        isa_(isa),
+        int8_(int8) {}
 
   void eval_cpu(const std::vector<mx::array>& in, mx::array& out) override {
     out.set_data(mx::allocator::malloc(out.nbytes()));
@@ -160,22 +178,22 @@ class OutProjMlp : public mx::UnaryPrimitive {
     Layer o = take(in, i, o_), g = take(in, i, gate_), u = take(in, i, up_), d = take(in, i, down_);
     std::vector<mx::array> ins;
     for (const auto& a : in) ins.push_back(mx::array::unsafe_weak_copy(a));
-    enc.dispatch([eps = eps_, isa = isa_, o = std::move(o), g = std::move(g), u = std::move(u),
-                  d = std::move(d), ins = std::move(ins),
+    enc.dispatch([eps = eps_, isa = isa_, int8 = int8_, o = std::move(o), g = std::move(g),
+                  u = std::move(u), d = std::move(d), ins = std::move(ins),
                   out = mx::array::unsafe_weak_copy(out)]() mutable {
       const int D = ins[0].shape(-1);
       const int M = static_cast<int>(ins[0].size() / D);
       const int I = g.w.N;
       std::vector<float> h = f32(ins[0]), attn = f32(ins[1]), nw = f32(ins[2]);
       std::vector<float> y(static_cast<size_t>(M) * D), n(y.size());
-      linear(o, attn.data(), M, y.data(), isa);
+      linear(o, attn.data(), M, y.data(), isa, int8);
       for (size_t j = 0; j < h.size(); ++j) h[j] += y[j];
       rms_norm(h.data(), nw.data(), M, D, eps, n.data());
       std::vector<float> gv(static_cast<size_t>(M) * I), uv(gv.size());
-      linear(g, n.data(), M, gv.data(), isa);
-      linear(u, n.data(), M, uv.data(), isa);
+      linear(g, n.data(), M, gv.data(), isa, int8);
+      linear(u, n.data(), M, uv.data(), isa, int8);
       for (size_t j = 0; j < gv.size(); ++j) gv[j] = gv[j] / (1.0f + std::exp(-gv[j])) * uv[j];
-      linear(d, gv.data(), M, y.data(), isa);
+      linear(d, gv.data(), M, y.data(), isa, int8);
       for (size_t j = 0; j < h.size(); ++j) h[j] += y[j];
       from_f32(h.data(), out);
     });
@@ -190,6 +208,7 @@ class OutProjMlp : public mx::UnaryPrimitive {
   float eps_;
   QLinear o_, gate_, up_, down_;
   Isa isa_;
+  Int8Mode int8_;
 };
 
 // Rows [0, S) of head (b, h) of x (B, H, S, D), unit stride on D, as float32 (S, D).
@@ -297,7 +316,7 @@ std::vector<mx::array> norm_qkv_rope(const mx::array& x, const mx::array& norm_w
   if (qk_norm) in.insert(in.end(), {qk_norm->q, qk_norm->k});
   const Isa isa = active_isa();
   auto prim = std::make_shared<NormQkvRope>(mx::default_stream(mx::Device::cpu), spec, offset, q, k,
-                                            v, isa);
+                                            v, isa, int8_mode());
   return mx::array::make_arrays(
       {{B, spec.n_heads, L, hd}, {B, spec.n_kv_heads, L, hd}, {B, spec.n_kv_heads, L, hd}},
       {x.dtype(), x.dtype(), x.dtype()}, prim, in);
@@ -330,7 +349,7 @@ mx::array out_proj_mlp(const mx::array& h, const mx::array& attn, const QLinear&
   std::vector<mx::array> in = {h, attn, norm_weight};
   for (const QLinear* l : {&o, &gate, &up, &down}) push(in, *l);
   auto prim = std::make_shared<OutProjMlp>(mx::default_stream(mx::Device::cpu), norm_eps, o, gate,
-                                           up, down, active_isa());
+                                           up, down, active_isa(), int8_mode());
   return mx::array(h.shape(), h.dtype(), prim, in);
 }
 

@@ -70,6 +70,40 @@ IsaKernels kernels_for(Isa isa) {
   return k;
 }
 
+Int8Mode int8_mode() {
+  static const Int8Mode mode = [] {
+    const char* env = std::getenv("LMX_CPU_INT8");
+    if (!env || !*env || std::strcmp(env, "1") == 0) return Int8Mode::small;
+    if (std::strcmp(env, "0") == 0) return Int8Mode::off;
+    if (std::strcmp(env, "all") == 0) return Int8Mode::all;
+    fail("LMX_CPU_INT8", "expected 0, 1 or all, got '", env, "'");
+  }();
+  return mode;
+}
+
+namespace {
+
+// The VNNI kernel for `isa`, or an empty one.
+QmmI8Kernel i8_kernel(Isa isa) {
+#if defined(__x86_64__)
+  static const bool vnni512 = __builtin_cpu_supports("avx512vnni");
+  static const bool vnni256 = __builtin_cpu_supports("avxvnni");
+  if (isa == Isa::avx512 && vnni512) return kernels_i8_avx512vnni();
+  if ((isa == Isa::avx512 || isa == Isa::avx2) && vnni256) return kernels_i8_avxvnni();
+#else
+  (void)isa;
+#endif
+  return {};
+}
+
+}  // namespace
+
+std::string int8_kernel_name(Isa isa) {
+  const QmmI8Kernel k = i8_kernel(isa);
+  if (!k.rows) return "";
+  return k.chunk == 64 ? "avx512vnni" : "avxvnni";
+}
+
 namespace {
 
 ScaleType scale_type(mx::Dtype t) {
@@ -103,8 +137,8 @@ void rows_to_f32(const mx::array& x, int M, int K, float* out) {
 
 class LmxQuantizedMatmul : public mx::UnaryPrimitive {
  public:
-  LmxQuantizedMatmul(mx::Stream s, int group_size, int bits, Isa isa)
-      : mx::UnaryPrimitive(s), group_size_(group_size), bits_(bits), isa_(isa) {}
+  LmxQuantizedMatmul(mx::Stream s, int group_size, int bits, Isa isa, Int8Mode int8)
+      : mx::UnaryPrimitive(s), group_size_(group_size), bits_(bits), isa_(isa), int8_(int8) {}
 
   void eval_cpu(const std::vector<mx::array>& inputs, mx::array& out) override {
     const mx::array& x = inputs[0];
@@ -121,15 +155,15 @@ class LmxQuantizedMatmul : public mx::UnaryPrimitive {
     for (const mx::array* a : {&x, &w, &scales, &biases}) enc.set_input_array(*a);
     enc.set_output_array(out);
     const QWeight qw = qweight(w, scales, biases, group_size_, bits_);
-    enc.dispatch([qw, M, K, isa = isa_, x = mx::array::unsafe_weak_copy(x),
+    enc.dispatch([qw, M, K, isa = isa_, int8 = int8_, x = mx::array::unsafe_weak_copy(x),
                   out = mx::array::unsafe_weak_copy(out)]() mutable {
       std::vector<float> xf(static_cast<size_t>(M) * K);
       to_f32_rows(x, xf.data());
       if (out.dtype() == mx::float32) {
-        qmm_f32(qw, xf.data(), M, out.data<float>(), isa);
+        qmm_f32(qw, xf.data(), M, out.data<float>(), isa, int8);
       } else {
         std::vector<float> of(static_cast<size_t>(M) * qw.N);
-        qmm_f32(qw, xf.data(), M, of.data(), isa);
+        qmm_f32(qw, xf.data(), M, of.data(), isa, int8);
         from_f32(of.data(), out);
       }
     });
@@ -143,7 +177,7 @@ class LmxQuantizedMatmul : public mx::UnaryPrimitive {
 
   bool is_equivalent(const mx::Primitive& other) const override {
     const auto& o = static_cast<const LmxQuantizedMatmul&>(other);
-    return group_size_ == o.group_size_ && bits_ == o.bits_ && isa_ == o.isa_;
+    return group_size_ == o.group_size_ && bits_ == o.bits_ && isa_ == o.isa_ && int8_ == o.int8_;
   }
 
   std::vector<mx::Shape> output_shapes(const std::vector<mx::array>& inputs) override {
@@ -155,8 +189,14 @@ class LmxQuantizedMatmul : public mx::UnaryPrimitive {
  private:
   int group_size_, bits_;
   Isa isa_;
+  Int8Mode int8_;
 };
 
+// The int8 activations of one call (QmmI8Args).
+struct I8Rows {
+  std::vector<signed char> q;
+  std::vector<float> d, sum, bsum;
+};
 }  // namespace
 
 Isa active_isa() {
@@ -179,7 +219,55 @@ QWeight qweight(const mx::array& w, const mx::array& scales, const mx::array& bi
           bits};
 }
 
-void qmm_f32(const QWeight& w, const float* x, int M, float* out, Isa isa) {
+namespace {
+
+bool uses_int8(const QWeight& w, int M, Isa isa, Int8Mode int8) {
+  return (w.bits == 4 || w.bits == 8) &&
+         (int8 == Int8Mode::all || (int8 == Int8Mode::small && M <= kInt8MaxRows)) &&
+         i8_kernel(isa).rows != nullptr;
+}
+
+void qmm_i8(const QWeight& w, const float* x, int M, float* out, Isa isa) {
+  const QmmI8Kernel kernel = i8_kernel(isa);
+  thread_local I8Rows xq;  // reused across calls: a decode step makes hundreds
+  xq.q.resize(static_cast<size_t>(M) * 2 * w.K);
+  xq.d.resize(static_cast<size_t>(M) * (w.K / 32));
+  xq.sum.resize(static_cast<size_t>(M) * (w.K / w.group_size));
+  xq.bsum.resize(w.K / 32);
+  kernel.quantize(x, M, w.K, w.group_size, w.bits, xq.q.data(), xq.d.data(), xq.sum.data(),
+                  xq.bsum.data());
+  QmmI8Args a;
+  a.xq = xq.q.data();
+  a.xd = xq.d.data();
+  a.xsum = xq.sum.data();
+  a.w = w.w;
+  a.scales = w.scales;
+  a.biases = w.biases;
+  a.scale_type = w.scale_type;
+  a.out = out;
+  a.M = M;
+  a.N = w.N;
+  a.K = w.K;
+  a.group_size = w.group_size;
+  a.bits = w.bits;
+  // As qmm_f32's float path: fixed rows per task, each row computed by one thread.
+  const int rows_per_task = M <= 4 && a.N >= 1024 ? 64 : 16;
+  const int tasks = (a.N + rows_per_task - 1) / rows_per_task;
+  parallel_for(tasks, [&](int t) {
+    thread_local std::vector<float> sbuf;
+    if (sbuf.size() < 8u * (a.K / 32)) sbuf.resize(8u * (a.K / 32));
+    const int n0 = t * rows_per_task;
+    kernel.rows(a, n0, std::min(a.N, n0 + rows_per_task), sbuf.data());
+  });
+}
+
+}  // namespace
+
+void qmm_f32(const QWeight& w, const float* x, int M, float* out, Isa isa, Int8Mode int8) {
+  if (uses_int8(w, M, isa, int8)) {
+    qmm_i8(w, x, M, out, isa);
+    return;
+  }
   QmmRowsFn kernel = kernels_for(isa).qmm_rows;
   QmmArgs a;
   a.w = w.w;
@@ -275,10 +363,11 @@ mx::array quantized_matmul(const mx::array& x, const mx::array& w, const mx::arr
   const Isa isa = opt.isa.value_or(active_isa());
   kernels_for(isa);  // a forced ISA the CPU lacks fails here, not inside eval
   // MLX's quantized_matmul: the result type of x and the scales.
-  return mx::array(out_shape, opt.out_dtype.value_or(mx::promote_types(x.dtype(), scales.dtype())),
-                   std::make_shared<LmxQuantizedMatmul>(mx::default_stream(mx::Device::cpu),
-                                                        opt.group_size, opt.bits, isa),
-                   {x, w, scales, biases});
+  return mx::array(
+      out_shape, opt.out_dtype.value_or(mx::promote_types(x.dtype(), scales.dtype())),
+      std::make_shared<LmxQuantizedMatmul>(mx::default_stream(mx::Device::cpu), opt.group_size,
+                                           opt.bits, isa, opt.int8.value_or(int8_mode())),
+      {x, w, scales, biases});
 }
 
 mx::array quantized_matmul_reference(const mx::array& x, const mx::array& w,

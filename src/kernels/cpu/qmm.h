@@ -20,11 +20,24 @@ std::string isa_name(Isa isa);
 bool isa_available(Isa isa);
 Isa active_isa();  // LMX_CPU_ISA, else the widest the CPU has
 
+// The integer path of the kernels (QmmI8Args): activations quantized to int8 per block of 32
+// inputs, u8 x s8 dot products with VNNI, for 4- and 8-bit weights on a CPU with AVX512-VNNI
+// (under Isa::avx512) or AVX-VNNI. An approximation of the float32 kernel, which stays its
+// reference (docs/cpu.md). small: calls of at most kInt8MaxRows rows (decode, short verifies),
+// where it is measured faster than the float32 kernel; all: every call.
+enum class Int8Mode { off, small, all };
+constexpr int kInt8MaxRows = 8;
+// LMX_CPU_INT8=0|1|all (off, small, all); unset: small.
+Int8Mode int8_mode();
+// The VNNI kernel quantized matmuls under `isa` use: "avx512vnni", "avxvnni", or "" for none.
+std::string int8_kernel_name(Isa isa);
+
 struct QmmOptions {
   int group_size = 64;
   int bits = 4;
   std::optional<Isa> isa;              // unset: active_isa()
   std::optional<mx::Dtype> out_dtype;  // unset: the result type of x and the scales
+  std::optional<Int8Mode> int8;        // unset: int8_mode()
 };
 
 // Whether quantized_matmul handles this layout: affine mode, bits 2/3/4/5/6/8, groups 32/64/128,
@@ -53,8 +66,9 @@ struct QWeight {
 QWeight qweight(const mx::array& w, const mx::array& scales, const mx::array& biases,
                 int group_size, int bits);
 IsaKernels kernels_for(Isa isa);  // an error when the CPU or the build lacks it
-// x (M, K) float32, row-major -> out (M, N) float32, spread over the thread pool.
-void qmm_f32(const QWeight& w, const float* x, int M, float* out, Isa isa);
+// x (M, K) float32, row-major -> out (M, N) float32, spread over the thread pool; through the
+// int8 path when `int8` selects it for M rows and the layout and CPU allow it.
+void qmm_f32(const QWeight& w, const float* x, int M, float* out, Isa isa, Int8Mode int8);
 // An evaluated float array (..., K) of any layout -> (M, K) float32 rows.
 void to_f32_rows(const mx::array& x, float* out);
 // float32 values -> out's buffer in out's dtype (out.size() values).

@@ -25,6 +25,48 @@ using QmmRowsFn = void (*)(const QmmArgs& a, int n0, int n1, float* wbuf);
 using AttnRowFn = void (*)(const float* q, const float* K, const float* V, int S, int D,
                            float scale, float* scores, float* out);
 
+// The integer-dot-product path (tier L3, an approximation). Activations are quantized per block
+// of 32 inputs to two int8 limbs: with step d = amax / 127, q1 = round(x / d) in [-127, 127] and
+// q2 = round((x - q1 d) * 128 / d) in [-64, 64], so x ~= xhat = xd * (128 q1 + q2) with xd =
+// d / 128, |x - xhat| <= amax / 32512 (a 15-bit grid; one limb, |x - xhat| <= amax / 254, fails
+// the tier gates on SmolLM2: docs/cpu.md). Per weight group, w = s * q + b, so sum_k xhat_k w_k
+// = s * sum_k (128 q1 + q2)_k q_k * xd + b * xsum: the integer sums from u8 x s8 dot products
+// (VNNI; 4 * 255 * (127 * 128 + 64) < 2^24, so exact in int32 and in its float32 conversion), xsum
+// the group sums of xhat. (Group sums of the exact x would leave an error sum_k s q_k (xhat_k -
+// x_k) instead of sum_k w_k (xhat_k - x_k); s q = w - b is not centred, and that measured ~2.5x
+// larger.)
+struct QmmI8Args {
+  // (M, 2, K): per row q1 then q2, in the kernel's order: for bits == 4 each chunk of `chunk`
+  // inputs (QmmI8Kernel) is its even elements then its odd ones, the order of low and high
+  // nibbles; bits == 8 in order.
+  const signed char* xq = nullptr;
+  const float* xd = nullptr;    // (M, K / 32): d / 128 per block
+  const float* xsum = nullptr;  // (M, K / group_size): sums of xhat over each weight group
+  const unsigned char* w = nullptr;
+  const void* scales = nullptr;
+  const void* biases = nullptr;
+  ScaleType scale_type = ScaleType::f32;
+  float* out = nullptr;  // (M, N) float32
+  int M = 0, N = 0, K = 0, group_size = 0, bits = 0;
+};
+
+// Rows [n0, n1) of the output for every m; sbuf: 8 * K / 32 floats of scratch.
+using QmmI8RowsFn = void (*)(const QmmI8Args& a, int n0, int n1, float* sbuf);
+
+// x (M, K) float32 -> xq (M, 2, K), xd (M, K / 32), xsum (M, K / group_size) in the kernel's
+// order; bsum: K / 32 floats of scratch.
+using QuantizeXFn = void (*)(const float* x, int M, int K, int group_size, int bits,
+                             signed char* xq, float* xd, float* xsum, float* bsum);
+
+struct QmmI8Kernel {
+  QmmI8RowsFn rows = nullptr;
+  QuantizeXFn quantize = nullptr;
+  int chunk = 32;  // inputs per vector (64 with 512-bit registers; a 32 tail when K % 64)
+};
+
+QmmI8Kernel kernels_i8_avx512vnni();  // empty when not built for x86-64
+QmmI8Kernel kernels_i8_avxvnni();     // empty when not built for x86-64
+
 struct IsaKernels {
   QmmRowsFn qmm_rows = nullptr;
   AttnRowFn attn_row = nullptr;

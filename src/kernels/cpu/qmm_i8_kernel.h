@@ -1,0 +1,331 @@
+// The int8-activation quantized matmul (QmmI8Args), compiled once per VNNI flavour:
+// qmm_i8_avx512vnni.cpp (512-bit vpdpbusd, 64 inputs per vector) and qmm_i8_avxvnni.cpp (the
+// VEX-encoded 256-bit vpdpbusd of AVX-VNNI, 32 inputs per vector). Like qmm_kernel.h it lives in
+// the including file's namespace LMX_QMM_NS and includes no library headers.
+//
+// Per output row n, 32-input block j and weight group g(j): the u8 weights q (4-bit unpacked in
+// registers, or 8-bit as stored) times the two int8 limbs of the activations, 128 * (q . q1) + q
+// . q2 summed exactly in int32 by vpdpbusd, then scaled in float32 by s[n, g] * xd[m, j] and
+// accumulated; the bias term is b[n, g] * xsum[m, g] once per group.
+#pragma once
+
+#pragma GCC diagnostic ignored "-Wpsabi"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+#include <immintrin.h>
+
+#include "kernels/cpu/qmm_args.h"
+
+#ifndef LMX_QMM_NS
+#error "define LMX_QMM_NS before including qmm_i8_kernel.h"
+#endif
+
+namespace lmx::kernels::cpu::LMX_QMM_NS {
+
+constexpr int kRows = 4;  // weight rows unpacked together, each reused across x rows
+
+#if defined(__AVX512F__)
+constexpr int kChunk = 64;
+constexpr int kXRows = 2;  // x rows per pass: 4 x 2 accumulators fit the 32 zmm registers
+#else
+constexpr int kChunk = 32;
+constexpr int kXRows = 1;  // 16 ymm registers
+#endif
+
+// n float scales or biases from p[0 .. n) into out, as float32.
+inline void to_float(const void* p, ScaleType t, int n, float* out) {
+  int i = 0;
+  if (t == ScaleType::f32) {
+    __builtin_memcpy(out, p, static_cast<unsigned long>(n) * 4);
+    return;
+  }
+  const unsigned short* h = static_cast<const unsigned short*>(p);
+  for (; i + 8 <= n; i += 8) {
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(h + i));
+    __m256 f;
+    if (t == ScaleType::f16) {
+      f = _mm256_cvtph_ps(v);
+    } else {  // bf16: the high half of a float32
+      f = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(v), 16));
+    }
+    _mm256_storeu_ps(out + i, f);
+  }
+  for (; i < n; ++i) {
+    if (t == ScaleType::f16) {
+      out[i] = _cvtsh_ss(h[i]);
+    } else {
+      const unsigned bits = static_cast<unsigned>(h[i]) << 16;
+      __builtin_memcpy(out + i, &bits, 4);
+    }
+  }
+}
+
+inline float dot_f32(const float* a, const float* b, int n) {
+  __m256 acc = _mm256_setzero_ps();
+  int i = 0;
+  for (; i + 8 <= n; i += 8)
+    acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc);
+  float lanes[8];
+  _mm256_storeu_ps(lanes, acc);
+  float s = ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) +
+            ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
+  for (; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
+// 32 weights of one row as u8: 4-bit as the 16 low nibbles then the 16 high ones (the order of
+// QmmI8Args::xq), 8-bit as stored.
+template <int BITS>
+inline __m256i load_w32(const unsigned char* p) {
+  if constexpr (BITS == 4) {
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    const __m256i y = _mm256_inserti128_si256(_mm256_castsi128_si256(v), _mm_srli_epi16(v, 4), 1);
+    return _mm256_and_si256(y, _mm256_set1_epi8(15));
+  } else {
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  }
+}
+
+// 128 * (w . x1) + w . x2 per int32 lane (4 inputs each).
+inline __m256i dp32(__m256i w, __m256i x1, __m256i x2) {
+#if defined(__AVX512F__)
+  const __m256i p = _mm256_slli_epi32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), w, x1), 7);
+  return _mm256_dpbusd_epi32(p, w, x2);
+#else
+  const __m256i p = _mm256_slli_epi32(_mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), w, x1), 7);
+  return _mm256_dpbusd_avx_epi32(p, w, x2);
+#endif
+}
+
+inline float hsum(__m256 v) {
+  const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  return _mm_cvtss_f32(_mm_add_ss(t, _mm_movehdup_ps(t)));
+}
+
+#if defined(__AVX512F__)
+// 64 weights of one row: 4-bit as the 32 low nibbles (even inputs) then the 32 high ones (odd).
+template <int BITS>
+inline __m512i load_w64(const unsigned char* p) {
+  if constexpr (BITS == 4) {
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    const __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(v), _mm256_srli_epi16(v, 4), 1);
+    return _mm512_and_si512(z, _mm512_set1_epi8(15));
+  } else {
+    return _mm512_loadu_si512(p);
+  }
+}
+#endif
+
+// out[m .. m + MB, nb .. nb + rows) from weight rows nb .. nb + kRows (short blocks repeat
+// their last row; those results are not stored). sb: per row, its group scales then biases.
+template <int BITS, int MB>
+inline void block(const QmmI8Args& a, int nb, int rows, int m, const float* sb) {
+  const int groups = a.K / a.group_size;
+  const long row_bytes = static_cast<long>(a.K) * BITS / 8;
+  const unsigned char* wr[kRows];
+  const float* s[kRows];
+  for (int r = 0; r < kRows; ++r) {
+    const int rr = r < rows ? r : rows - 1;
+    wr[r] = a.w + (nb + rr) * row_bytes;
+    s[r] = sb + 2L * rr * groups;
+  }
+  const signed char* xq[MB];
+  const float* xd[MB];
+  for (int i = 0; i < MB; ++i) {
+    xq[i] = a.xq + static_cast<long>(m + i) * 2 * a.K;  // q1; q2 follows at + K
+    xd[i] = a.xd + static_cast<long>(m + i) * (a.K / 32);
+  }
+  const int gshift = a.group_size == 32 ? 5 : a.group_size == 64 ? 6 : 7;
+  float tail[MB][kRows] = {};
+  int k = 0;
+#if defined(__AVX512F__)
+  // int32 lane l of a 64-input vector sums 4 inputs: of block 2c for lanes 0-3 and 8-11 and of
+  // block 2c + 1 for 4-7 and 12-15 (4-bit: even inputs then odd ones); lanes 0-7 and 8-15
+  // (8-bit).
+  const __mmask16 second = BITS == 4 ? 0xF0F0 : 0xFF00;
+  __m512 acc[MB][kRows];
+  for (int i = 0; i < MB; ++i)
+    for (int r = 0; r < kRows; ++r) acc[i][r] = _mm512_setzero_ps();
+  for (; k + 64 <= a.K; k += 64) {
+    const int j = k >> 5;
+    __m512i wv[kRows];
+    __m512 sv[kRows];
+    for (int r = 0; r < kRows; ++r) {
+      wv[r] = load_w64<BITS>(wr[r] + k * BITS / 8);
+      const int g0 = k >> gshift, g1 = (k + 32) >> gshift;
+      sv[r] = _mm512_mask_blend_ps(second, _mm512_set1_ps(s[r][g0]), _mm512_set1_ps(s[r][g1]));
+    }
+    for (int i = 0; i < MB; ++i) {
+      const __m512i x1 = _mm512_loadu_si512(xq[i] + k), x2 = _mm512_loadu_si512(xq[i] + a.K + k);
+      const __m512 dv =
+          _mm512_mask_blend_ps(second, _mm512_set1_ps(xd[i][j]), _mm512_set1_ps(xd[i][j + 1]));
+      for (int r = 0; r < kRows; ++r) {
+        __m512i p = _mm512_slli_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), wv[r], x1), 7);
+        p = _mm512_dpbusd_epi32(p, wv[r], x2);
+        acc[i][r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(sv[r], dv), acc[i][r]);
+      }
+    }
+  }
+#else
+  __m256 acc[MB][kRows];
+  for (int i = 0; i < MB; ++i)
+    for (int r = 0; r < kRows; ++r) acc[i][r] = _mm256_setzero_ps();
+  for (; k + 32 <= a.K; k += 32) {
+    const int j = k >> 5, g = k >> gshift;
+    __m256i wv[kRows];
+    for (int r = 0; r < kRows; ++r) wv[r] = load_w32<BITS>(wr[r] + k * BITS / 8);
+    for (int i = 0; i < MB; ++i) {
+      const __m256i x1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq[i] + k));
+      const __m256i x2 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq[i] + a.K + k));
+      const float d = xd[i][j];
+      for (int r = 0; r < kRows; ++r) {
+        const __m256i p = dp32(wv[r], x1, x2);
+        acc[i][r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(s[r][g] * d), acc[i][r]);
+      }
+    }
+  }
+#endif
+  if (k < a.K) {  // a last block of 32 (K is a multiple of 32)
+    const int j = k >> 5, g = k >> gshift;
+    for (int r = 0; r < kRows; ++r) {
+      const __m256i wv = load_w32<BITS>(wr[r] + k * BITS / 8);
+      for (int i = 0; i < MB; ++i) {
+        const __m256i x1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq[i] + k));
+        const __m256i x2 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq[i] + a.K + k));
+        tail[i][r] = hsum(_mm256_cvtepi32_ps(dp32(wv, x1, x2))) * (s[r][g] * xd[i][j]);
+      }
+    }
+  }
+  for (int i = 0; i < MB; ++i) {
+    float* o = a.out + static_cast<long>(m + i) * a.N + nb;
+    const float* xs = a.xsum + static_cast<long>(m + i) * groups;
+    for (int r = 0; r < rows; ++r) {
+#if defined(__AVX512F__)
+      const float v = _mm512_reduce_add_ps(acc[i][r]);
+#else
+      const float v = hsum(acc[i][r]);
+#endif
+      o[r] = v + tail[i][r] + dot_f32(s[r] + groups, xs, groups);
+    }
+  }
+}
+
+template <int BITS>
+inline void rows_impl(const QmmI8Args& a, int n0, int n1, float* sb) {
+  const int groups = a.K / a.group_size;
+  const long row_bytes = static_cast<long>(a.K) * BITS / 8;
+  for (int nb = n0; nb < n1; nb += kRows) {
+    const int rows = n1 - nb < kRows ? n1 - nb : kRows;
+    // Each weight byte is read once per call: ask for the next block while this one computes.
+    if (nb + kRows < a.N) {
+      const unsigned char* next = a.w + (nb + kRows) * row_bytes;
+      for (long off = 0; off < kRows * row_bytes; off += 64) __builtin_prefetch(next + off);
+    }
+    for (int r = 0; r < rows; ++r) {
+      const long at = static_cast<long>(nb + r) * groups;
+      to_float(static_cast<const char*>(a.scales) + at * (a.scale_type == ScaleType::f32 ? 4 : 2),
+               a.scale_type, groups, sb + 2L * r * groups);
+      to_float(static_cast<const char*>(a.biases) + at * (a.scale_type == ScaleType::f32 ? 4 : 2),
+               a.scale_type, groups, sb + 2L * r * groups + groups);
+    }
+    int m = 0;
+    for (; m + kXRows <= a.M; m += kXRows) block<BITS, kXRows>(a, nb, rows, m, sb);
+    for (; m < a.M; ++m) block<BITS, 1>(a, nb, rows, m, sb);
+  }
+}
+
+// 32 int32 values (4 vectors, in order) -> 32 int8 in order.
+inline __m256i pack_i8(const __m256i v[4]) {
+  const __m256i p =
+      _mm256_packs_epi16(_mm256_packs_epi32(v[0], v[1]), _mm256_packs_epi32(v[2], v[3]));
+  // packs works within 128-bit lanes: 4-byte groups come out as 0, 2, 4, 6, 1, 3, 5, 7.
+  return _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+// 32 int8 in order -> their 16 even elements then their 16 odd ones.
+inline __m256i even_odd(__m256i v) {
+  const __m256i sh = _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15, 0, 2, 4,
+                                      6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+  return _mm256_permute4x64_epi64(_mm256_shuffle_epi8(v, sh), 0xD8);  // qwords 0, 2, 1, 3
+}
+
+// x (M, K) float32 -> QmmI8Args' xq (M, 2, K), xd (M, K / 32) and xsum (M, K / group_size);
+// bsum: K / 32 floats of scratch. Per block of 32: id = 127 / amax, d = amax / 127, q1 = round(x
+// * id), q2 = round((x - q1 * d) * (id * 128)), each operation rounded once (this file is built
+// without FMA contraction), round half to even.
+inline void quantize_x(const float* x, int M, int K, int group_size, int bits, signed char* xq,
+                       float* xd, float* xsum, float* bsum) {
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  constexpr int kRound = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+  for (long m = 0; m < M; ++m) {
+    const float* xr = x + m * K;
+    signed char* q1r = xq + 2 * m * K;
+    signed char* q2r = q1r + K;
+    __m256i prev[2] = {};  // 4-bit, 64-input chunks: the even/odd halves of the chunk's first block
+    for (int j = 0; j < K / 32; ++j) {
+      __m256 v[4], amax = _mm256_setzero_ps();
+      for (int t = 0; t < 4; ++t) {
+        v[t] = _mm256_loadu_ps(xr + 32 * j + 8 * t);
+        amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, v[t]));
+      }
+      __m128 h = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
+      h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+      const float am = _mm_cvtss_f32(_mm_max_ss(h, _mm_movehdup_ps(h)));
+      const float id = am > 0 ? 127.0f / am : 0.0f, d = am / 127.0f;
+      const __m256 vid = _mm256_set1_ps(id), vd = _mm256_set1_ps(d),
+                   vid2 = _mm256_set1_ps(id * 128.0f);
+      __m256i i1[4], i2[4];
+      __m256 tot = _mm256_setzero_ps();
+      for (int t = 0; t < 4; ++t) {
+        const __m256 q1 = _mm256_round_ps(_mm256_mul_ps(v[t], vid), kRound);
+        const __m256 r = _mm256_sub_ps(v[t], _mm256_mul_ps(q1, vd));
+        const __m256 q2 = _mm256_round_ps(_mm256_mul_ps(r, vid2), kRound);
+        i1[t] = _mm256_cvtps_epi32(q1);
+        i2[t] = _mm256_cvtps_epi32(q2);
+        tot = _mm256_add_ps(tot, _mm256_add_ps(_mm256_mul_ps(q1, _mm256_set1_ps(128.0f)), q2));
+      }
+      xd[m * (K / 32) + j] = d / 128.0f;
+      bsum[j] = (d / 128.0f) * hsum(tot);  // integers below 2^24: hsum is exact
+      __m256i b1 = pack_i8(i1), b2 = pack_i8(i2);
+      if (bits == 4) {
+        b1 = even_odd(b1);
+        b2 = even_odd(b2);
+        if (kChunk == 64 && (j & 1) == 0 && 32 * j + 64 <= K) {
+          prev[0] = b1;  // wait for the chunk's second block
+          prev[1] = b2;
+          continue;
+        }
+        if (kChunk == 64 && (j & 1) == 1) {
+          // [even A | odd A], [even B | odd B] -> [even A | even B], [odd A | odd B]
+          const int at = 32 * (j - 1);
+          _mm256_storeu_si256(reinterpret_cast<__m256i*>(q1r + at),
+                              _mm256_permute2x128_si256(prev[0], b1, 0x20));
+          _mm256_storeu_si256(reinterpret_cast<__m256i*>(q1r + at + 32),
+                              _mm256_permute2x128_si256(prev[0], b1, 0x31));
+          _mm256_storeu_si256(reinterpret_cast<__m256i*>(q2r + at),
+                              _mm256_permute2x128_si256(prev[1], b2, 0x20));
+          _mm256_storeu_si256(reinterpret_cast<__m256i*>(q2r + at + 32),
+                              _mm256_permute2x128_si256(prev[1], b2, 0x31));
+          continue;
+        }
+      }
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(q1r + 32 * j), b1);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(q2r + 32 * j), b2);
+    }
+    for (int g = 0; g < K / group_size; ++g) {
+      float sum = 0;
+      for (int j = g * group_size / 32; j < (g + 1) * group_size / 32; ++j) sum += bsum[j];
+      xsum[m * (K / group_size) + g] = sum;
+    }
+  }
+}
+
+inline void qmm_i8_rows(const QmmI8Args& a, int n0, int n1, float* sb) {
+  if (a.bits == 4)
+    rows_impl<4>(a, n0, n1, sb);
+  else
+    rows_impl<8>(a, n0, n1, sb);
+}
+
+}  // namespace lmx::kernels::cpu::LMX_QMM_NS
