@@ -7,6 +7,7 @@
 # Environment: LMX_GPU_PART_MAX (bytes, default 48 MiB), LMX_GPU_XZ_LEVEL (default 6).
 # The bundle (one tar.xz, split into parts) holds, in the layout of a pip --target directory:
 #   bin/lmx, bin/lmx_tests_*        the CUDA build (RUNPATH $ORIGIN/lib:$ORIGIN/../mlx/lib)
+#   bin/liblmx_ktrace.so            the CUPTI kernel tracer of bench/gpu/profile.sh
 #   bin/lib/                        their non-system shared libraries (libpcre2-8, libutf8proc)
 #   mlx/lib/libmlx.so, mlx/include/ mlx-cuda-13's libmlx and the headers MLX's JIT compiles with
 #   mlx_cuda_13.libs/, mlx_cuda_13-*.dist-info/
@@ -63,6 +64,8 @@ stage="$gpu/stage"
 rm -rf "$stage" "$gpu"/p[0-9]* "$gpu"/lmx-gpu.tar.xz
 mkdir -p "$stage/bin/lib" "$stage/mlx" "$stage/wheels"
 cp -p "${bins[@]}" "$stage/bin/"
+# bench/gpu/profile.sh's kernel tracer (needs libcupti.so.13 there, not here).
+[[ -f "$build/liblmx_ktrace.so" ]] && cp -p "$build/liblmx_ktrace.so" "$stage/bin/"
 # Shared libraries the binaries need besides libmlx and the C/C++ runtime, copied under their
 # sonames into bin/lib (found first through RUNPATH $ORIGIN/lib).
 system='^(libc|libm|libstdc\+\+|libgcc_s|libpthread|libdl|librt|ld-linux-x86-64)\.so'
