@@ -5,7 +5,7 @@ For each prompt: the prompt ids from mlx-lm's tokenizer, the greedy tokens of ml
 generate_step (stopping at EOS, at most --max-tokens), and the log-probabilities of the first
 steps. tests/golden/ replays the same prompts through lmx and requires identical results.
 
-usage: gen_golden.py MODEL_DIR OUT_DIR [--max-tokens 128]
+usage: gen_golden.py MODEL_DIR OUT_DIR [--max-tokens 128] [--device cpu|gpu]
 """
 import argparse
 import json
@@ -31,7 +31,10 @@ def main():
     ap.add_argument("model")
     ap.add_argument("out")
     ap.add_argument("--max-tokens", type=int, default=128)
+    ap.add_argument("--device", choices=["cpu", "gpu"], default="cpu",
+                    help="where mlx-lm runs: parity holds per backend (default: cpu)")
     args = ap.parse_args()
+    mx.set_default_device(mx.gpu if args.device == "gpu" else mx.cpu)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
 
