@@ -75,6 +75,13 @@ QWEN2 = dict(
     rope_theta=1000000.0,
     tie_word_embeddings=True,
 )
+# MLX's CUDA quantized matmuls (sm90, TMA) need 16-byte aligned global strides, which the tiny
+# shapes above do not give (a (64, 1) bf16 scale matrix has 2-byte rows) and which real models
+# always have: with inputs of 512 or more, every Linear's bf16 scales (K / group_size per row)
+# and outputs are 16-byte aligned for groups 32 and 64 (group 128 needs K >= 1024), so the
+# quantized rows below run on CUDA too (scripts/gpu/parity.sh, docs/gpu.md).
+A512 = dict(hidden_size=512, intermediate_size=1024, num_attention_heads=8, num_key_value_heads=2,
+            vocab_size=512)
 # head_dim 32 != hidden/heads = 16.
 QWEN3 = dict(
     model_type="qwen3",
@@ -201,13 +208,15 @@ def row(
     tied_head=False,
     kv_config=None,
     decode=DECODE_STEPS,
+    tiers=True,
     **overrides,
 ):
     """One model + run. quant: None, or dict(bits, group_size[, recipe]). kv: None, or
     dict(bits, group_size, start) for generate_step's kv_bits / kv_group_size /
     quantized_kv_start. tied_head: drop gemma3's lm_head (its sanitize then ties the head).
     kv_config: per-layer KV bits, a list of dict(layer_idx, bits, group_size) saved as the
-    model's kv_config.json. decode: greedy steps after the prompt."""
+    model's kv_config.json. decode: greedy steps after the prompt. tiers: whether
+    tests/models/test_tiers.cpp gates this row (float32/float16 quantized rows only)."""
     return dict(
         name=name,
         config=dict(config, **overrides),
@@ -219,6 +228,7 @@ def row(
         decode=decode,
         prompt_len=prompt_len,
         prefill_step=prefill_step,
+        tiers=tiers,
     )
 
 
@@ -360,6 +370,18 @@ ROWS = [
     row("minicpm_q4_g64", MINICPM, 19, 2048, quant=q(4)),
     row("starcoder2_tied", STARCODER2, 23, 8),
     row("starcoder2_untied_q4_g64", STARCODER2, 16, 2048, quant=q(4), tie_word_embeddings=False),
+    # --- 16-byte aligned widths (A512): the quantized rows that also run on CUDA ---
+    row("llama_a512_q4_g64", LLAMA, 19, 8, quant=q(4), **A512),
+    row("llama_a512_q4_g32", LLAMA, 12, 2048, quant=q(4, 32), tie_word_embeddings=False, **A512),
+    row("llama_a512_q8_g64", LLAMA, 21, 8, quant=q(8), **A512),
+    # Not tier-gated: MLX's CPU float16 quantized matmul is scalar, so L1's side of the gates
+    # takes 12 minutes at this width; llama_f16_q4_g64 gates the same kernels at width 64.
+    row("llama_a1024_f16_q4_g128", LLAMA, 17, 2048, dtype="float16", quant=q(4, 128),
+        tiers=False, **dict(A512, hidden_size=1024, intermediate_size=2048)),
+    row("qwen2_a512_q4_g64", QWEN2, 23, 8, quant=q(4), num_hidden_layers=2, **A512),
+    row("qwen3_a512_q4_g64", QWEN3, 20, 8, quant=q(4), head_dim=64, **A512),
+    row("gemma3_text_a512_q4_g64", GEMMA3_TEXT, 30, 8, quant=q(4), tied_head=True, head_dim=64,
+        query_pre_attn_scalar=64, num_hidden_layers=3, **A512),
     # --- quantized KV cache (generate_step kv_bits): prefill 40 + decode 16 ---
     # converted after the first prefill chunk; GQA 2, head_dim 64
     row("llama_kv4_g64", LLAMA, 41, 8, kv=kv(4, 64, 0), head_dim=64),
@@ -601,6 +623,7 @@ def main():
                 prompt_len=r["prompt_len"],
                 prefill_step=r["prefill_step"],
                 num_calls=num_calls,
+                tiers=r["tiers"],
             )
         )
     meta = dict(mlx_version=mx.__version__, mlx_lm_version=mlx_lm.__version__, rows=index)
