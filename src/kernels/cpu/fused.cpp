@@ -230,6 +230,12 @@ void head_rows_f32(const mx::array& x, int b, int h, int S, float* out) {
     head_rows<mx::float16_t>(x, b, h, S, out);
 }
 
+constexpr int kInPlaceRows = 8;
+
+ScaleType kv_type(mx::Dtype t) {
+  return t == mx::float32 ? ScaleType::f32 : t == mx::bfloat16 ? ScaleType::bf16 : ScaleType::f16;
+}
+
 class CausalAttention : public mx::UnaryPrimitive {
  public:
   CausalAttention(mx::Stream s, float scale, Isa isa)
@@ -245,34 +251,61 @@ class CausalAttention : public mx::UnaryPrimitive {
                   out = mx::array::unsafe_weak_copy(out)]() mutable {
       const int B = q.shape(0), Hq = q.shape(1), L = q.shape(2), D = q.shape(3);
       const int Hkv = k.shape(1), S = k.shape(2), group = Hq / Hkv;
-      AttnRowFn row = kernels_for(isa).attn_row;
+      AttnGroupFn attend = kernels_for(isa).attn_group;
       std::vector<float> qf(q.size()), o(static_cast<size_t>(B) * L * Hq * D);
-      std::vector<float> kf(static_cast<size_t>(S) * D), vf(kf.size());
       for (int b = 0; b < B; ++b)
         for (int h = 0; h < Hq; ++h)
           head_rows_f32(q, b, h, L, qf.data() + ((b * Hq + h) * L) * static_cast<int64_t>(D));
+      // A few query rows (decode, a short verify) read the cache in its dtype where it lies; a
+      // prefill chunk reads every key row L times, so it converts each KV head to float32 once.
+      const bool in_place = L <= kInPlaceRows;
+      std::vector<float> kf, vf;
+      if (!in_place) {
+        kf.resize(static_cast<size_t>(S) * D);
+        vf.resize(kf.size());
+      }
       constexpr int kRowsPerTask = 8;
       const int chunks = (L + kRowsPerTask - 1) / kRowsPerTask;
       for (int b = 0; b < B; ++b)
         for (int kh = 0; kh < Hkv; ++kh) {
-          head_rows_f32(k, b, kh, S, kf.data());
-          head_rows_f32(v, b, kh, S, vf.data());
+          AttnArgs base;
+          base.qs = static_cast<long>(L) * D;  // the group's heads, at one query position
+          base.G = group;
+          base.D = D;
+          base.scale = scale;
+          base.os = D;
+          if (in_place) {
+            base.K = k.data<char>() + (b * k.strides()[0] + kh * k.strides()[1]) * k.itemsize();
+            base.V = v.data<char>() + (b * v.strides()[0] + kh * v.strides()[1]) * v.itemsize();
+            base.ks = k.strides()[2];
+            base.vs = v.strides()[2];
+            base.kv_type = kv_type(k.dtype());
+          } else {
+            head_rows_f32(k, b, kh, S, kf.data());
+            head_rows_f32(v, b, kh, S, vf.data());
+            base.K = kf.data();
+            base.V = vf.data();
+            base.ks = base.vs = D;
+            base.kv_type = ScaleType::f32;
+          }
           // A decode step's attention is a few microseconds of work: no pool for it.
           const bool small = static_cast<int64_t>(L) * S * group * D < (1 << 18);
           auto task = [&](int t) {
-            const int h = kh * group + t / chunks, l0 = (t % chunks) * kRowsPerTask;
             thread_local std::vector<float> scores;
-            if (scores.size() < static_cast<size_t>(S)) scores.resize(S);
-            for (int l = l0; l < std::min(L, l0 + kRowsPerTask); ++l) {
-              const float* qr = qf.data() + ((static_cast<int64_t>(b) * Hq + h) * L + l) * D;
-              float* orow = o.data() + ((static_cast<int64_t>(b) * L + l) * Hq + h) * D;
-              row(qr, kf.data(), vf.data(), S - L + l + 1, D, scale, scores.data(), orow);
+            if (scores.size() < static_cast<size_t>(group) * S) scores.resize(group * S);
+            for (int l = t * kRowsPerTask; l < std::min(L, (t + 1) * kRowsPerTask); ++l) {
+              AttnArgs a = base;
+              a.q = qf.data() + ((static_cast<int64_t>(b) * Hq + kh * group) * L + l) * D;
+              a.S = S - L + l + 1;
+              a.scores = scores.data();
+              a.out = o.data() + ((static_cast<int64_t>(b) * L + l) * Hq + kh * group) * D;
+              attend(a);
             }
           };
           if (small) {
-            for (int t = 0; t < group * chunks; ++t) task(t);
+            for (int t = 0; t < chunks; ++t) task(t);
           } else {
-            parallel_for(group * chunks, task);
+            parallel_for(chunks, task);
           }
         }
       from_f32(o.data(), out);
@@ -329,6 +362,11 @@ mx::array causal_attention(const mx::array& q, const mx::array& k, const mx::arr
             q.shape(3) == k.shape(3) && k.shape(1) > 0 && q.shape(1) % k.shape(1) == 0 &&
             k.shape(2) >= q.shape(2),
         where, "expected q (B, Hq, L, D) and k, v (B, Hkv, S >= L, D) with Hq a multiple of Hkv");
+  for (const mx::array* a : {&q, &k, &v})
+    check(a->dtype() == mx::float32 || a->dtype() == mx::bfloat16 || a->dtype() == mx::float16,
+          where, "q, k and v must be float32, bfloat16 or float16, got ", a->dtype());
+  check(k.dtype() == v.dtype(), where, "k and v must share a dtype, got ", k.dtype(), " and ",
+        v.dtype());
   auto prim =
       std::make_shared<CausalAttention>(mx::default_stream(mx::Device::cpu), scale, active_isa());
   return mx::array({q.shape(0), q.shape(2), q.shape(1) * q.shape(3)}, q.dtype(), prim, {q, k, v});

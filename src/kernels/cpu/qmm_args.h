@@ -21,9 +21,24 @@ struct QmmArgs {
 // Rows [n0, n1) of the output for every m; wbuf: 4 * K floats of scratch.
 using QmmRowsFn = void (*)(const QmmArgs& a, int n0, int n1, float* wbuf);
 
-// out (D) = softmax(scale * K q) V over S rows of K and V (row stride D); scores: S floats.
-using AttnRowFn = void (*)(const float* q, const float* K, const float* V, int S, int D,
-                           float scale, float* scores, float* out);
+// Attention of G float32 query rows that share one KV head, reading the cache where it lies:
+// out row g (D) = softmax(scale * K q_g) V over the first S rows of K and V, stored as kv_type
+// with row strides ks and vs (elements, unit stride within a row).
+struct AttnArgs {
+  const float* q = nullptr;  // G rows, qs floats apart
+  long qs = 0;
+  int G = 0;
+  const void* K = nullptr;
+  const void* V = nullptr;
+  long ks = 0, vs = 0;
+  ScaleType kv_type = ScaleType::f32;
+  int S = 0, D = 0;
+  float scale = 1.0f;
+  float* scores = nullptr;  // G * S floats of scratch
+  float* out = nullptr;     // G rows, os floats apart
+  long os = 0;
+};
+using AttnGroupFn = void (*)(const AttnArgs& a);
 
 // The integer-dot-product path (tier L3, an approximation). Activations are quantized per block
 // of 32 inputs to two int8 limbs: with step d = amax / 127, q1 = round(x / d) in [-127, 127] and
@@ -69,7 +84,7 @@ QmmI8Kernel kernels_i8_avxvnni();     // empty when not built for x86-64
 
 struct IsaKernels {
   QmmRowsFn qmm_rows = nullptr;
-  AttnRowFn attn_row = nullptr;
+  AttnGroupFn attn_group = nullptr;
 };
 
 IsaKernels kernels_generic();

@@ -6,7 +6,7 @@
 #include "kernels/cpu/qmm_kernel.h"
 
 namespace lmx::kernels::cpu {
-IsaKernels kernels_avx512() { return {&avx512::qmm_rows, &avx512::attn_row}; }
+IsaKernels kernels_avx512() { return {&avx512::qmm_rows, &avx512::attn_group}; }
 }  // namespace lmx::kernels::cpu
 #else
 namespace lmx::kernels::cpu {

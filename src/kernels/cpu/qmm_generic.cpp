@@ -3,5 +3,5 @@
 #include "kernels/cpu/qmm_kernel.h"
 
 namespace lmx::kernels::cpu {
-IsaKernels kernels_generic() { return {&generic::qmm_rows, &generic::attn_row}; }
+IsaKernels kernels_generic() { return {&generic::qmm_rows, &generic::attn_group}; }
 }  // namespace lmx::kernels::cpu

@@ -220,33 +220,130 @@ inline float dot(const float* a, const float* b, int n) {
   return s;
 }
 
-// out (D) = softmax(scale * K q) V over the first S rows of K and V (row stride D); scores
-// holds S floats of scratch.
-inline void attn_row(const float* q, const float* K, const float* V, int S, int D, float scale,
-                     float* scores, float* out) {
-  float mx = -__builtin_inff();
-  for (int s = 0; s < S; ++s) {
-    scores[s] = dot(q, K + static_cast<long>(s) * D, D) * scale;
-    mx = scores[s] > mx ? scores[s] : mx;
-  }
-  float sum = 0;
-  for (int s = 0; s < S; ++s) {
-    scores[s] = __builtin_expf(scores[s] - mx);
-    sum += scores[s];
-  }
-  for (int d = 0; d < D; ++d) out[d] = 0;
-  for (int s = 0; s < S; ++s) {
-    const float p = scores[s];
-    const float* v = V + static_cast<long>(s) * D;
-    int d = 0;
-    for (; d + kLanes <= D; d += kLanes) {
-      const vf r = load(out + d) + (vf{} + p) * load(v + d);
-      __builtin_memcpy(out + d, &r, sizeof(vf));
+// kLanes keys or values from element i of a cache row stored as T, as float32.
+template <ScaleType T>
+inline vf load_kv(const void* row, long i) {
+  if constexpr (T == ScaleType::f32) {
+    return load(static_cast<const float*>(row) + i);
+  } else {
+    typedef unsigned short vh __attribute__((vector_size(kLanes * 2)));
+    typedef unsigned int vw __attribute__((vector_size(kLanes * 4)));
+    vh h;
+    __builtin_memcpy(&h, static_cast<const unsigned short*>(row) + i, sizeof(vh));
+    vf r;
+    if constexpr (T == ScaleType::bf16) {  // the high half of a float32
+      const vw w = __builtin_convertvector(h, vw) << 16;
+      __builtin_memcpy(&r, &w, sizeof(vf));
+    } else {
+#if defined(__AVX512F__)
+      __m256i x;
+      __builtin_memcpy(&x, &h, sizeof(x));
+      const __m512 f = _mm512_cvtph_ps(x);
+      __builtin_memcpy(&r, &f, sizeof(vf));
+#elif defined(__F16C__)
+      __m128i x;
+      __builtin_memcpy(&x, &h, sizeof(x));
+      const __m256 f = _mm256_cvtph_ps(x);
+      __builtin_memcpy(&r, &f, sizeof(vf));
+#else
+      for (int j = 0; j < kLanes; ++j) r[j] = half_to_float(h[j]);
+#endif
     }
-    for (; d < D; ++d) out[d] += p * v[d];
+    return r;
   }
-  const float inv = 1.0f / sum;
-  for (int d = 0; d < D; ++d) out[d] *= inv;
+}
+
+template <ScaleType T>
+inline float kv_at(const void* row, long i) {
+  if constexpr (T == ScaleType::f32) {
+    return static_cast<const float*>(row)[i];
+  } else {
+    const unsigned short h = static_cast<const unsigned short*>(row)[i];
+    if constexpr (T == ScaleType::bf16) {
+      const unsigned bits = static_cast<unsigned>(h) << 16;
+      float f;
+      __builtin_memcpy(&f, &bits, 4);
+      return f;
+    } else {
+      return half_to_float(h);
+    }
+  }
+}
+
+constexpr int kAttnRows = 8;  // query rows per pass: their accumulators stay in registers
+
+// AttnArgs rows [g0, g0 + G), G <= kAttnRows.
+template <ScaleType T>
+inline void attn_pass(const AttnArgs& a, int g0, int G) {
+  const int D = a.D, S = a.S, body = D - D % kLanes;
+  const char* kb = static_cast<const char*>(a.K);
+  const char* vb = static_cast<const char*>(a.V);
+  const long esize = T == ScaleType::f32 ? 4 : 2;
+  float* sc[kAttnRows];
+  const float* q[kAttnRows];
+  for (int g = 0; g < G; ++g) {
+    sc[g] = a.scores + static_cast<long>(g) * S;
+    q[g] = a.q + static_cast<long>(g0 + g) * a.qs;
+  }
+  // Each key row is read once for the G query rows.
+  for (int s = 0; s < S; ++s) {
+    const void* kr = kb + s * a.ks * esize;
+    vf acc[kAttnRows];
+    for (int g = 0; g < G; ++g) acc[g] = vf{};
+    for (int d = 0; d < body; d += kLanes) {
+      const vf kv = load_kv<T>(kr, d);
+      for (int g = 0; g < G; ++g) acc[g] += load(q[g] + d) * kv;
+    }
+    for (int g = 0; g < G; ++g) {
+      float v = hsum(acc[g]);
+      for (int d = body; d < D; ++d) v += q[g][d] * kv_at<T>(kr, d);
+      sc[g][s] = v * a.scale;
+    }
+  }
+  float inv[kAttnRows];
+  for (int g = 0; g < G; ++g) {
+    float m = -__builtin_inff(), sum = 0;
+    for (int s = 0; s < S; ++s) m = sc[g][s] > m ? sc[g][s] : m;
+    for (int s = 0; s < S; ++s) {
+      sc[g][s] = __builtin_expf(sc[g][s] - m);
+      sum += sc[g][s];
+    }
+    inv[g] = 1.0f / sum;
+  }
+  // Per kLanes output features, the weighted sum over every value row in registers.
+  for (int d = 0; d < body; d += kLanes) {
+    vf acc[kAttnRows];
+    for (int g = 0; g < G; ++g) acc[g] = vf{};
+    for (int s = 0; s < S; ++s) {
+      const vf vv = load_kv<T>(vb + s * a.vs * esize, d);
+      for (int g = 0; g < G; ++g) acc[g] += (vf{} + sc[g][s]) * vv;
+    }
+    for (int g = 0; g < G; ++g) {
+      const vf r = acc[g] * inv[g];
+      __builtin_memcpy(a.out + static_cast<long>(g0 + g) * a.os + d, &r, sizeof(vf));
+    }
+  }
+  for (int d = body; d < D; ++d)
+    for (int g = 0; g < G; ++g) {
+      float v = 0;
+      for (int s = 0; s < S; ++s) v += sc[g][s] * kv_at<T>(vb + s * a.vs * esize, d);
+      a.out[static_cast<long>(g0 + g) * a.os + d] = v * inv[g];
+    }
+}
+
+template <ScaleType T>
+inline void attn_all(const AttnArgs& a) {
+  for (int g0 = 0; g0 < a.G; g0 += kAttnRows)
+    attn_pass<T>(a, g0, a.G - g0 < kAttnRows ? a.G - g0 : kAttnRows);
+}
+
+inline void attn_group(const AttnArgs& a) {
+  if (a.kv_type == ScaleType::f32)
+    attn_all<ScaleType::f32>(a);
+  else if (a.kv_type == ScaleType::bf16)
+    attn_all<ScaleType::bf16>(a);
+  else
+    attn_all<ScaleType::f16>(a);
 }
 
 }  // namespace lmx::kernels::cpu::LMX_QMM_NS
