@@ -50,7 +50,8 @@ void CUPTIAPI completed(CUcontext, uint32_t, uint8_t* buffer, size_t, size_t val
   CUpti_Activity* rec = nullptr;
   std::vector<Record> got;
   while (cuptiActivityGetNextRecord(buffer, valid, &rec) == CUPTI_SUCCESS) {
-    if (rec->kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL || rec->kind == CUPTI_ACTIVITY_KIND_KERNEL) {
+    if (rec->kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL ||
+        rec->kind == CUPTI_ACTIVITY_KIND_KERNEL) {
       const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(rec);
       got.push_back({'K', k->start, k->end, k->streamId,
                      std::to_string(k->gridX) + "x" + std::to_string(k->gridY) + "x" +
@@ -100,8 +101,8 @@ __attribute__((destructor)) void stop() {
   std::lock_guard<std::mutex> lock(mu);
   std::fprintf(f, "kind,start_ns,end_ns,stream,grid,block,name\n");
   for (const Record& r : *records)
-    std::fprintf(f, "%c,%llu,%llu,%u,%s,%s,%s\n", r.kind, r.start, r.end, r.stream,
-                 r.grid.c_str(), r.block.c_str(), r.name.c_str());
+    std::fprintf(f, "%c,%llu,%llu,%u,%s,%s,%s\n", r.kind, r.start, r.end, r.stream, r.grid.c_str(),
+                 r.block.c_str(), r.name.c_str());
   std::fclose(f);
   std::fprintf(stderr, "[ktrace] %zu records -> %s\n", records->size(), path);
 }
