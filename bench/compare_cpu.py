@@ -8,7 +8,8 @@ prompt (prefill) tok/s, decode tok/s, each process's peak RSS (wait4), the load 
 each run, and ratios against llama.cpp (--threads) as a Markdown table; lmx with one pool thread,
 lmx with its int8-activation path off (LMX_CPU_INT8=0) and llama.cpp with one thread are extra
 rows (on a shared machine, spinning threads lose). --repeat R runs the whole sequence R times and
-reports each row's median (and the range of the load averages before its runs).
+reports each row's median (and the range of the load averages before its runs). Every runtime
+decodes after a prompt of -p tokens (llama-bench -d), and prefills from an empty context.
 
 usage: compare_cpu.py --model DIR [--gguf FILE --llama-bench PATH] [--lmx build/lmx]
                       [-p 512] [-g 128] [-n 3] [-t 2] [--repeat 1]
@@ -60,11 +61,13 @@ def mlx_lm(model, p, g, n):
 
 
 def llama_cpp(bench, gguf, p, g, n, threads):
-    out, rss = run_rss([bench, "-m", gguf, "-p", str(p), "-n", str(g), "-r", str(n), "-t",
-                        str(threads), "-o", "json"])
+    # lmx and mlx-lm decode after their p-token prompt, so llama.cpp's decode runs at depth p too
+    # (-d); its prefill stays at depth 0 like theirs.
+    out, rss = run_rss([bench, "-m", gguf, "-p", str(p), "-n", str(g), "-d", f"0,{p}", "-r",
+                        str(n), "-t", str(threads), "-o", "json"])
     rows = json.loads(out[out.index("["):])
-    pp = [r for r in rows if r["n_prompt"] == p and r["n_gen"] == 0][0]
-    tg = [r for r in rows if r["n_gen"] == g and r["n_prompt"] == 0][0]
+    pp = [r for r in rows if r["n_prompt"] == p and r["n_gen"] == 0 and r["n_depth"] == 0][0]
+    tg = [r for r in rows if r["n_gen"] == g and r["n_prompt"] == 0 and r["n_depth"] == p][0]
     return dict(prompt=pp["avg_ts"], decode=tg["avg_ts"], rss=rss,
                 note=f"llama.cpp {pp.get('build_commit', '')}, {threads} threads")
 
