@@ -1,6 +1,8 @@
 // The L3 causal attention kernel against mx::fast::scaled_dot_product_attention (causal, bottom-
 // right aligned) on random inputs: GQA ratios, queries at an offset into the keys, a key view
-// sliced out of a larger buffer as a KV cache returns it, float32 and bfloat16.
+// sliced out of a larger buffer as a KV cache returns it, float32, bfloat16 and float16; up to 8
+// query rows read K and V in place, more convert them to float32 first; D = 40 has a tail past
+// the vector width.
 #include <gtest/gtest.h>
 
 #include <tuple>
@@ -19,9 +21,9 @@ TEST(CausalAttention, MatchesMlxSdpa) {
   uint64_t seed = 1;
   // (Hq, Hkv, L, S, D)
   const std::vector<std::tuple<int, int, int, int, int>> shapes = {
-      {4, 4, 1, 9, 64}, {8, 2, 5, 5, 32}, {6, 1, 3, 17, 64}, {9, 3, 12, 40, 64}};
+      {4, 4, 1, 9, 64}, {8, 2, 5, 5, 32}, {6, 1, 3, 17, 64}, {9, 3, 12, 40, 64}, {4, 2, 2, 7, 40}};
   for (auto [Hq, Hkv, L, S, D] : shapes) {
-    for (mx::Dtype dt : {mx::float32, mx::bfloat16}) {
+    for (mx::Dtype dt : {mx::float32, mx::bfloat16, mx::float16}) {
       auto rnd = [&](mx::Shape s) {
         return mx::astype(mx::random::normal(s, mx::float32, mx::random::key(seed++)), dt);
       };

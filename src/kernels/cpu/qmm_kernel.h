@@ -207,19 +207,6 @@ inline void qmm_rows(const QmmArgs& a, int n0, int n1, float* wbuf) {
   }
 }
 
-inline float dot(const float* a, const float* b, int n) {
-  vf c0{}, c1{};
-  int k = 0;
-  for (; k + 2 * kLanes <= n; k += 2 * kLanes) {
-    c0 += load(a + k) * load(b + k);
-    c1 += load(a + k + kLanes) * load(b + k + kLanes);
-  }
-  for (; k + kLanes <= n; k += kLanes) c0 += load(a + k) * load(b + k);
-  float s = hsum(c0 + c1);
-  for (; k < n; ++k) s += a[k] * b[k];
-  return s;
-}
-
 // kLanes keys or values from element i of a cache row stored as T, as float32.
 template <ScaleType T>
 inline vf load_kv(const void* row, long i) {
@@ -253,23 +240,6 @@ inline vf load_kv(const void* row, long i) {
   }
 }
 
-template <ScaleType T>
-inline float kv_at(const void* row, long i) {
-  if constexpr (T == ScaleType::f32) {
-    return static_cast<const float*>(row)[i];
-  } else {
-    const unsigned short h = static_cast<const unsigned short*>(row)[i];
-    if constexpr (T == ScaleType::bf16) {
-      const unsigned bits = static_cast<unsigned>(h) << 16;
-      float f;
-      __builtin_memcpy(&f, &bits, 4);
-      return f;
-    } else {
-      return half_to_float(h);
-    }
-  }
-}
-
 constexpr int kAttnRows = 8;  // query rows per pass: their accumulators stay in registers
 
 // AttnArgs rows [g0, g0 + G), G <= kAttnRows.
@@ -296,7 +266,7 @@ inline void attn_pass(const AttnArgs& a, int g0, int G) {
     }
     for (int g = 0; g < G; ++g) {
       float v = hsum(acc[g]);
-      for (int d = body; d < D; ++d) v += q[g][d] * kv_at<T>(kr, d);
+      for (int d = body; d < D; ++d) v += q[g][d] * scale_at(kr, T, d);
       sc[g][s] = v * a.scale;
     }
   }
@@ -326,7 +296,7 @@ inline void attn_pass(const AttnArgs& a, int g0, int G) {
   for (int d = body; d < D; ++d)
     for (int g = 0; g < G; ++g) {
       float v = 0;
-      for (int s = 0; s < S; ++s) v += sc[g][s] * kv_at<T>(vb + s * a.vs * esize, d);
+      for (int s = 0; s < S; ++s) v += sc[g][s] * scale_at(vb + s * a.vs * esize, T, d);
       a.out[static_cast<long>(g0 + g) * a.os + d] = v * inv[g];
     }
 }
