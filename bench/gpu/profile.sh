@@ -10,10 +10,10 @@ set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 W="${W:-/tmp/gpubench}"
 model="${1:-$W/mlx/qwen3-4b-4bit-g64}"
-# shellcheck disable=SC1091
-. "${LMX_GPU_PREFIX:-/tmp/lmx}/env.sh"
-export NCCL_NVLS_ENABLE=0
 prefix="${LMX_GPU_PREFIX:-/tmp/lmx}"
+# shellcheck disable=SC1091
+. "$prefix/env.sh"
+export NCCL_NVLS_ENABLE=0
 tracer="$prefix/bin/liblmx_ktrace.so"
 [[ -f "$tracer" ]] || { echo "profile: $tracer missing (pack.sh of a build with CUDA::cupti)" >&2; exit 1; }
 # libcupti.so.13: the toolkit's (seen there in /usr/local/cuda-13.0/targets/x86_64-linux/lib),

@@ -5,7 +5,7 @@
 # them, converts with the CUDA build's `lmx convert` (as scripts/prepare_default_model.sh does
 # here), computes mlx-lm's golden outputs on the GPU (gen_golden.py --device gpu) and runs
 # `lmx_tests_golden --gtest_filter=GoldenSmolLM2.*` against them. See docs/gpu.md.
-#   scripts/gpu/golden.sh split             here (3 parts: 22, 22 and 54 MB)
+#   scripts/gpu/golden.sh split             here (3 parts: 22, 22 and about 50 MiB)
 #   scripts/gpu/golden.sh run               there
 set -uo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
