@@ -3,6 +3,7 @@
 #include <mlx/backend/cpu/encoder.h>
 #include <mlx/primitives.h>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -231,6 +232,7 @@ void head_rows_f32(const mx::array& x, int b, int h, int S, float* out) {
 }
 
 constexpr int kInPlaceRows = 8;
+constexpr int kKeyChunk = 128;  // keys per decode attention task
 
 ScaleType kv_type(mx::Dtype t) {
   return t == mx::float32 ? ScaleType::f32 : t == mx::bfloat16 ? ScaleType::bf16 : ScaleType::f16;
@@ -256,58 +258,113 @@ class CausalAttention : public mx::UnaryPrimitive {
       for (int b = 0; b < B; ++b)
         for (int h = 0; h < Hq; ++h)
           head_rows_f32(q, b, h, L, qf.data() + ((b * Hq + h) * L) * static_cast<int64_t>(D));
-      // A few query rows (decode, a short verify) read the cache in its dtype where it lies; a
-      // prefill chunk reads every key row L times, so it converts each KV head to float32 once.
-      const bool in_place = L <= kInPlaceRows;
-      std::vector<float> kf, vf;
-      if (!in_place) {
-        kf.resize(static_cast<size_t>(S) * D);
-        vf.resize(kf.size());
-      }
-      constexpr int kRowsPerTask = 8;
-      const int chunks = (L + kRowsPerTask - 1) / kRowsPerTask;
-      for (int b = 0; b < B; ++b)
-        for (int kh = 0; kh < Hkv; ++kh) {
-          AttnArgs base;
-          base.qs = static_cast<long>(L) * D;  // the group's heads, at one query position
-          base.G = group;
-          base.D = D;
-          base.scale = scale;
-          base.os = D;
-          if (in_place) {
-            base.K = k.data<char>() + (b * k.strides()[0] + kh * k.strides()[1]) * k.itemsize();
-            base.V = v.data<char>() + (b * v.strides()[0] + kh * v.strides()[1]) * v.itemsize();
-            base.ks = k.strides()[2];
-            base.vs = v.strides()[2];
-            base.kv_type = kv_type(k.dtype());
-          } else {
-            head_rows_f32(k, b, kh, S, kf.data());
-            head_rows_f32(v, b, kh, S, vf.data());
-            base.K = kf.data();
-            base.V = vf.data();
-            base.ks = base.vs = D;
-            base.kv_type = ScaleType::f32;
+      const auto base = [&](int b, int kh) {
+        AttnArgs a;
+        a.qs = static_cast<long>(L) * D;  // the group's heads, at one query position
+        a.G = group;
+        a.D = D;
+        a.scale = scale;
+        a.os = D;
+        a.K = k.data<char>() + (b * k.strides()[0] + kh * k.strides()[1]) * k.itemsize();
+        a.V = v.data<char>() + (b * v.strides()[0] + kh * v.strides()[1]) * v.itemsize();
+        a.ks = k.strides()[2];
+        a.vs = v.strides()[2];
+        a.kv_type = kv_type(k.dtype());
+        return a;
+      };
+      const auto q_at = [&](int b, int kh, int l) {
+        return qf.data() + ((static_cast<int64_t>(b) * Hq + kh * group) * L + l) * D;
+      };
+      const auto o_at = [&](int b, int kh, int l) {
+        return o.data() + ((static_cast<int64_t>(b) * L + l) * Hq + kh * group) * D;
+      };
+      if (L <= kInPlaceRows) {
+        // A few query rows (decode, a short verify) read the cache in its dtype where it lies,
+        // split into chunks of keys over the pool; the chunks' partial softmax sums merge in a
+        // fixed order, so the result does not depend on the thread count.
+        const int chunks = (S + kKeyChunk - 1) / kKeyChunk;
+        const int tasks = B * Hkv * L * chunks;
+        std::vector<float> part(static_cast<size_t>(tasks) * group * (D + 2));
+        float* pm = part.data() + static_cast<size_t>(tasks) * group * D;
+        float* pl = pm + static_cast<size_t>(tasks) * group;
+        auto task = [&](int t) {
+          const int c = t % chunks, l = t / chunks % L, kh = t / chunks / L % Hkv;
+          const int b = t / chunks / L / Hkv;
+          const int rows = S - L + l + 1, s0 = c * kKeyChunk;
+          if (s0 >= rows) {
+            std::fill(pm + t * group, pm + (t + 1) * group, -INFINITY);
+            std::fill(pl + t * group, pl + (t + 1) * group, 0.0f);
+            return;
           }
-          // A decode step's attention is a few microseconds of work: no pool for it.
-          const bool small = static_cast<int64_t>(L) * S * group * D < (1 << 18);
-          auto task = [&](int t) {
-            thread_local std::vector<float> scores;
-            if (scores.size() < static_cast<size_t>(group) * S) scores.resize(group * S);
-            for (int l = t * kRowsPerTask; l < std::min(L, (t + 1) * kRowsPerTask); ++l) {
-              AttnArgs a = base;
-              a.q = qf.data() + ((static_cast<int64_t>(b) * Hq + kh * group) * L + l) * D;
-              a.S = S - L + l + 1;
-              a.scores = scores.data();
-              a.out = o.data() + ((static_cast<int64_t>(b) * L + l) * Hq + kh * group) * D;
-              attend(a);
+          thread_local std::vector<float> sc;
+          if (sc.size() < static_cast<size_t>(group) * kKeyChunk) sc.resize(group * kKeyChunk);
+          AttnArgs a = base(b, kh);
+          a.q = q_at(b, kh, l);
+          a.s0 = s0;
+          a.s1 = std::min(rows, s0 + kKeyChunk);
+          a.scores = sc.data();
+          a.out = part.data() + static_cast<size_t>(t) * group * D;
+          a.m = pm + t * group;
+          a.l = pl + t * group;
+          attend(a);
+        };
+        // A short decode step's attention is a few microseconds of work: no pool for it.
+        if (tasks > 1 && static_cast<int64_t>(L) * S * Hq * D >= (1 << 16)) {
+          parallel_for(tasks, task);
+        } else {
+          for (int t = 0; t < tasks; ++t) task(t);
+        }
+        for (int r = 0; r < B * Hkv * L; ++r) {
+          const int l = r % L, kh = r / L % Hkv, b = r / L / Hkv;
+          for (int g = 0; g < group; ++g) {
+            float mx = -INFINITY, sum = 0;
+            for (int c = 0; c < chunks; ++c) mx = std::max(mx, pm[(r * chunks + c) * group + g]);
+            float* dst = o_at(b, kh, l) + static_cast<int64_t>(g) * D;
+            std::fill(dst, dst + D, 0.0f);
+            for (int c = 0; c < chunks; ++c) {
+              const int t = r * chunks + c;
+              if (pl[t * group + g] == 0.0f) continue;
+              const float w = std::exp(pm[t * group + g] - mx);
+              sum += w * pl[t * group + g];
+              const float* src = part.data() + (static_cast<size_t>(t) * group + g) * D;
+              for (int d = 0; d < D; ++d) dst[d] += w * src[d];
             }
-          };
-          if (small) {
-            for (int t = 0; t < chunks; ++t) task(t);
-          } else {
-            parallel_for(chunks, task);
+            for (int d = 0; d < D; ++d) dst[d] /= sum;
           }
         }
+      } else {
+        // A prefill chunk reads every key row L times: it converts each KV head to float32 once.
+        std::vector<float> kf(static_cast<size_t>(S) * D), vf(kf.size());
+        constexpr int kRowsPerTask = 8;
+        const int row_tasks = (L + kRowsPerTask - 1) / kRowsPerTask;
+        for (int b = 0; b < B; ++b)
+          for (int kh = 0; kh < Hkv; ++kh) {
+            head_rows_f32(k, b, kh, S, kf.data());
+            head_rows_f32(v, b, kh, S, vf.data());
+            AttnArgs args = base(b, kh);
+            args.K = kf.data();
+            args.V = vf.data();
+            args.ks = args.vs = D;
+            args.kv_type = ScaleType::f32;
+            parallel_for(row_tasks, [&](int t) {
+              thread_local std::vector<float> scores;
+              if (scores.size() < static_cast<size_t>(group) * S) scores.resize(group * S);
+              std::vector<float> m(group), sum(group);
+              for (int l = t * kRowsPerTask; l < std::min(L, (t + 1) * kRowsPerTask); ++l) {
+                AttnArgs a = args;
+                a.q = q_at(b, kh, l);
+                a.s1 = S - L + l + 1;
+                a.scores = scores.data();
+                a.out = o_at(b, kh, l);
+                a.m = m.data();
+                a.l = sum.data();
+                attend(a);
+                for (int g = 0; g < group; ++g)
+                  for (int d = 0; d < D; ++d) a.out[g * D + d] /= sum[g];
+              }
+            });
+          }
+      }
       from_f32(o.data(), out);
     });
   }
@@ -355,20 +412,23 @@ std::vector<mx::array> norm_qkv_rope(const mx::array& x, const mx::array& norm_w
       {x.dtype(), x.dtype(), x.dtype()}, prim, in);
 }
 
-mx::array causal_attention(const mx::array& q, const mx::array& k, const mx::array& v,
-                           float scale) {
+mx::array causal_attention(const mx::array& q, const mx::array& k, const mx::array& v, float scale,
+                           std::optional<Isa> isa) {
   const char* where = "causal_attention";
   check(q.ndim() == 4 && k.ndim() == 4 && v.shape() == k.shape() && q.shape(0) == k.shape(0) &&
             q.shape(3) == k.shape(3) && k.shape(1) > 0 && q.shape(1) % k.shape(1) == 0 &&
             k.shape(2) >= q.shape(2),
         where, "expected q (B, Hq, L, D) and k, v (B, Hkv, S >= L, D) with Hq a multiple of Hkv");
+  check(q.shape(3) <= kAttnMaxD, where, "head_dim ", q.shape(3), " exceeds the kernel's ",
+        kAttnMaxD);
   for (const mx::array* a : {&q, &k, &v})
     check(a->dtype() == mx::float32 || a->dtype() == mx::bfloat16 || a->dtype() == mx::float16,
           where, "q, k and v must be float32, bfloat16 or float16, got ", a->dtype());
   check(k.dtype() == v.dtype(), where, "k and v must share a dtype, got ", k.dtype(), " and ",
         v.dtype());
-  auto prim =
-      std::make_shared<CausalAttention>(mx::default_stream(mx::Device::cpu), scale, active_isa());
+  const Isa use = isa.value_or(active_isa());
+  kernels_for(use);  // a forced ISA the CPU lacks fails here, not inside eval
+  auto prim = std::make_shared<CausalAttention>(mx::default_stream(mx::Device::cpu), scale, use);
   return mx::array({q.shape(0), q.shape(2), q.shape(1) * q.shape(3)}, q.dtype(), prim, {q, k, v});
 }
 

@@ -56,7 +56,9 @@ mx::array out_proj_mlp(const mx::array& h, const mx::array& attn, const QLinear&
 
 // Causal attention, bottom-right aligned (query l of L sees keys 0 .. S - L + l), of q (B, Hq, L,
 // D) against k, v (B, Hkv, S, D) with a unit-stride last axis (a KV cache's view); Hq / Hkv
-// query heads share each KV head. Returns (B, L, Hq * D), the heads merged, in q's dtype.
-mx::array causal_attention(const mx::array& q, const mx::array& k, const mx::array& v, float scale);
+// query heads share each KV head; D <= 256. Returns (B, L, Hq * D), the heads merged, in q's
+// dtype. `isa` forces a kernel (tests); by default the best the CPU has.
+mx::array causal_attention(const mx::array& q, const mx::array& k, const mx::array& v, float scale,
+                           std::optional<Isa> isa = std::nullopt);
 
 }  // namespace lmx::kernels::cpu

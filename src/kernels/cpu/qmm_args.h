@@ -21,9 +21,12 @@ struct QmmArgs {
 // Rows [n0, n1) of the output for every m; wbuf: 4 * K floats of scratch.
 using QmmRowsFn = void (*)(const QmmArgs& a, int n0, int n1, float* wbuf);
 
-// Attention of G float32 query rows that share one KV head, reading the cache where it lies:
-// out row g (D) = softmax(scale * K q_g) V over the first S rows of K and V, stored as kv_type
-// with row strides ks and vs (elements, unit stride within a row).
+// Attention of G float32 query rows that share one KV head over key rows [s0, s1), reading the
+// cache where it lies: K and V stored as kv_type with row strides ks and vs (elements, unit
+// stride within a row). Per row g, with scores z_s = scale * K_s . q_g: m[g] = max z, l[g] =
+// sum exp(z - m[g]) and out row g (D) = sum exp(z - m[g]) V_s, unnormalized, so that partial
+// results over key ranges merge (fused.cpp).
+constexpr int kAttnMaxD = 256;
 struct AttnArgs {
   const float* q = nullptr;  // G rows, qs floats apart
   long qs = 0;
@@ -32,11 +35,13 @@ struct AttnArgs {
   const void* V = nullptr;
   long ks = 0, vs = 0;
   ScaleType kv_type = ScaleType::f32;
-  int S = 0, D = 0;
+  int s0 = 0, s1 = 0, D = 0;  // s0 < s1, D <= kAttnMaxD
   float scale = 1.0f;
-  float* scores = nullptr;  // G * S floats of scratch
+  float* scores = nullptr;  // G * (s1 - s0) floats of scratch
   float* out = nullptr;     // G rows, os floats apart
   long os = 0;
+  float* m = nullptr;  // G floats
+  float* l = nullptr;  // G floats
 };
 using AttnGroupFn = void (*)(const AttnArgs& a);
 

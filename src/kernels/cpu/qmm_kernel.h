@@ -242,62 +242,172 @@ inline vf load_kv(const void* row, long i) {
 
 constexpr int kAttnRows = 8;  // query rows per pass: their accumulators stay in registers
 
-// AttnArgs rows [g0, g0 + G), G <= kAttnRows.
+typedef int vi __attribute__((vector_size(kLanes * 4)));
+
+// Shuffle masks of fold<H>: lane i of block b (2H lanes) takes lane b + i of a (i < H) or lane
+// b + i - H of b (i >= H), and its partner H lanes further.
+constexpr int fold_lo(int H, int i) { return i % (2 * H) < H ? i : kLanes + i - H; }
+constexpr int fold_hi(int H, int i) { return fold_lo(H, i) + H; }
+template <int H, int... I>
+inline vf fold_impl(vf a, vf b) {
+  constexpr vi lo = {fold_lo(H, I)...}, hi = {fold_hi(H, I)...};
+  return __builtin_shuffle(a, b, lo) + __builtin_shuffle(a, b, hi);
+}
+// Within each block of 2H lanes: the first H hold a's lanes summed in pairs H apart, the last H
+// b's.
+template <int H>
+inline vf fold(vf a, vf b) {
+  return fold_impl<H, __integer_pack(kLanes)...>(a, b);
+}
+
+constexpr int bitrev(int i) {
+  int r = 0;
+  for (int b = 1; b < kLanes; b <<= 1, i >>= 1) r = (r << 1) | (i & 1);
+  return r;
+}
+
+// One level of reduce_lanes: 2H vectors into H.
+template <int H>
+inline vf reduce_level(vf* v) {
+  for (int i = 0; i < H; ++i) v[i] = fold<H>(v[2 * i], v[2 * i + 1]);
+  if constexpr (H == 1) {
+    return v[0];
+  } else {
+    return reduce_level<H / 2>(v);
+  }
+}
+
+// r[j] = the sum of the lanes of v[bitrev(j)], in kLanes - 1 vector adds; v is overwritten.
+inline vf reduce_lanes(vf* v) { return reduce_level<kLanes / 2>(v); }
+
+// exp(x) per lane, within a few ulp: 2^n e^r with |r| <= ln(2) / 2, e^r a degree-6 Taylor
+// polynomial (its remainder below 2e-7 relative); lanes below -87.3 (e^x under FLT_MIN, -inf
+// among them) are 0.
+inline vf vexp(vf x) {
+  const vf lo = vf{} - 87.3f, hi = vf{} + 88.7f;
+  const vf xc = x < lo ? lo : (x > hi ? hi : x);
+  const vf n = (xc * 1.44269504f + 12582912.0f) - 12582912.0f;  // round to nearest
+  const vf r = (xc - n * 0.693145752f) - n * 1.42860677e-6f;    // ln 2 in two parts
+  vf p = vf{} + 1.0f / 720;
+  p = p * r + 1.0f / 120;
+  p = p * r + 1.0f / 24;
+  p = p * r + 1.0f / 6;
+  p = p * r + 0.5f;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  const vi e = (__builtin_convertvector(n, vi) + 127) << 23;
+  vf s;
+  __builtin_memcpy(&s, &e, sizeof(vf));
+  const vf y = p * s;
+  return x < lo ? vf{} : y;
+}
+
+inline float hmax(vf v) {
+  float m = v[0];
+  for (int i = 1; i < kLanes; ++i) m = v[i] > m ? v[i] : m;
+  return m;
+}
+
+// Key rows [s0, s1) of AttnArgs rows [g0, g0 + G), G <= kAttnRows: per row its max score m,
+// l = sum exp(score - m) and out = sum exp(score - m) V, unnormalized.
 template <ScaleType T>
 inline void attn_pass(const AttnArgs& a, int g0, int G) {
-  const int D = a.D, S = a.S, body = D - D % kLanes;
+  const int D = a.D, s0 = a.s0, n = a.s1 - a.s0, body = D - D % kLanes;
+  const int Dp = body == D ? D : body + kLanes;  // D padded to whole vectors
   const char* kb = static_cast<const char*>(a.K);
   const char* vb = static_cast<const char*>(a.V);
   const long esize = T == ScaleType::f32 ? 4 : 2;
   float* sc[kAttnRows];
-  const float* q[kAttnRows];
+  for (int g = 0; g < G; ++g) sc[g] = a.scores + static_cast<long>(g) * n;
+  // The query rows, zero-padded to Dp; a block of kLanes key rows as float32, the same.
+  float qbuf[kAttnRows * (kAttnMaxD + kLanes)], kbuf[kLanes * (kAttnMaxD + kLanes)];
   for (int g = 0; g < G; ++g) {
-    sc[g] = a.scores + static_cast<long>(g) * S;
-    q[g] = a.q + static_cast<long>(g0 + g) * a.qs;
+    const float* q = a.q + static_cast<long>(g0 + g) * a.qs;
+    for (int d = 0; d < Dp; ++d) qbuf[g * Dp + d] = d < D ? q[d] : 0.0f;
   }
-  // Each key row is read once for the G query rows.
-  for (int s = 0; s < S; ++s) {
-    const void* kr = kb + s * a.ks * esize;
-    vf acc[kAttnRows];
-    for (int g = 0; g < G; ++g) acc[g] = vf{};
-    for (int d = 0; d < body; d += kLanes) {
-      const vf kv = load_kv<T>(kr, d);
-      for (int g = 0; g < G; ++g) acc[g] += load(q[g] + d) * kv;
+  const bool direct = T == ScaleType::f32 && body == D;
+  for (int j0 = 0; j0 < n; j0 += kLanes) {
+    const int nj = n - j0 < kLanes ? n - j0 : kLanes;
+    const float* krow[kLanes];
+    if (direct && nj == kLanes) {
+      for (int j = 0; j < kLanes; ++j)
+        krow[j] = reinterpret_cast<const float*>(kb + (s0 + j0 + j) * a.ks * esize);
+    } else {
+      for (int j = 0; j < kLanes; ++j) {
+        float* o = kbuf + j * Dp;
+        krow[j] = o;
+        if (j >= nj) {
+          for (int d = 0; d < Dp; ++d) o[d] = 0.0f;
+          continue;
+        }
+        const void* kr = kb + (s0 + j0 + j) * a.ks * esize;
+        int d = 0;
+        for (; d < body; d += kLanes) {
+          const vf v = load_kv<T>(kr, d);
+          __builtin_memcpy(o + d, &v, sizeof(vf));
+        }
+        for (; d < D; ++d) o[d] = scale_at(kr, T, d);
+        for (; d < Dp; ++d) o[d] = 0.0f;
+      }
     }
     for (int g = 0; g < G; ++g) {
-      float v = hsum(acc[g]);
-      for (int d = body; d < D; ++d) v += q[g][d] * scale_at(kr, T, d);
-      sc[g][s] = v * a.scale;
+      // acc[bitrev(j)]: key j's products, summed across lanes by reduce_lanes.
+      vf acc[kLanes] = {};
+      const float* q = qbuf + g * Dp;
+      for (int d = 0; d < Dp; d += kLanes) {
+        const vf qv = load(q + d);
+#pragma GCC unroll 16
+        for (int j = 0; j < kLanes; ++j) acc[bitrev(j)] += qv * load(krow[j] + d);
+      }
+      vf s = reduce_lanes(acc) * a.scale;
+      if (nj < kLanes) {
+        for (int j = nj; j < kLanes; ++j) s[j] = -__builtin_inff();
+      }
+      __builtin_memcpy(sc[g] + j0, &s, static_cast<unsigned long>(nj) * 4);
     }
   }
-  float inv[kAttnRows];
   for (int g = 0; g < G; ++g) {
-    float m = -__builtin_inff(), sum = 0;
-    for (int s = 0; s < S; ++s) m = sc[g][s] > m ? sc[g][s] : m;
-    for (int s = 0; s < S; ++s) {
-      sc[g][s] = __builtin_expf(sc[g][s] - m);
-      sum += sc[g][s];
+    vf mv = vf{} - __builtin_inff();
+    int j = 0;
+    for (; j + kLanes <= n; j += kLanes) {
+      const vf v = load(sc[g] + j);
+      mv = v > mv ? v : mv;
     }
-    inv[g] = 1.0f / sum;
+    float m = hmax(mv);
+    for (; j < n; ++j) m = sc[g][j] > m ? sc[g][j] : m;
+    vf sum = {};
+    const vf vm = vf{} + m;
+    for (j = 0; j + kLanes <= n; j += kLanes) {
+      const vf p = vexp(load(sc[g] + j) - vm);
+      __builtin_memcpy(sc[g] + j, &p, sizeof(vf));
+      sum += p;
+    }
+    if (j < n) {
+      vf t = vf{} - __builtin_inff();
+      __builtin_memcpy(&t, sc[g] + j, static_cast<unsigned long>(n - j) * 4);
+      const vf p = vexp(t - vm);
+      __builtin_memcpy(sc[g] + j, &p, static_cast<unsigned long>(n - j) * 4);
+      sum += p;
+    }
+    a.m[g0 + g] = m;
+    a.l[g0 + g] = hsum(sum);
   }
   // Per kLanes output features, the weighted sum over every value row in registers.
   for (int d = 0; d < body; d += kLanes) {
     vf acc[kAttnRows];
     for (int g = 0; g < G; ++g) acc[g] = vf{};
-    for (int s = 0; s < S; ++s) {
-      const vf vv = load_kv<T>(vb + s * a.vs * esize, d);
-      for (int g = 0; g < G; ++g) acc[g] += (vf{} + sc[g][s]) * vv;
+    for (int j = 0; j < n; ++j) {
+      const vf vv = load_kv<T>(vb + (s0 + j) * a.vs * esize, d);
+      for (int g = 0; g < G; ++g) acc[g] += (vf{} + sc[g][j]) * vv;
     }
-    for (int g = 0; g < G; ++g) {
-      const vf r = acc[g] * inv[g];
-      __builtin_memcpy(a.out + static_cast<long>(g0 + g) * a.os + d, &r, sizeof(vf));
-    }
+    for (int g = 0; g < G; ++g)
+      __builtin_memcpy(a.out + static_cast<long>(g0 + g) * a.os + d, &acc[g], sizeof(vf));
   }
   for (int d = body; d < D; ++d)
     for (int g = 0; g < G; ++g) {
       float v = 0;
-      for (int s = 0; s < S; ++s) v += sc[g][s] * scale_at(vb + s * a.vs * esize, T, d);
-      a.out[static_cast<long>(g0 + g) * a.os + d] = v * inv[g];
+      for (int j = 0; j < n; ++j) v += sc[g][j] * scale_at(vb + (s0 + j) * a.vs * esize, T, d);
+      a.out[static_cast<long>(g0 + g) * a.os + d] = v;
     }
 }
 
