@@ -308,66 +308,64 @@ inline float hmax(vf v) {
   return m;
 }
 
-// Key rows [s0, s1) of AttnArgs rows [g0, g0 + G), G <= kAttnRows: per row its max score m,
-// l = sum exp(score - m) and out = sum exp(score - m) V, unnormalized.
-template <ScaleType T>
-inline void attn_pass(const AttnArgs& a, int g0, int G) {
+inline vf splat(float x) { return x - vf{}; }  // x - 0 is exact (x + 0 is not, for -0)
+
+// Key rows [s0, s1) of AttnArgs rows [g0, g0 + G): per row its max score m, l = sum exp(score -
+// m) and out = sum exp(score - m) V, unnormalized. G is a constant so that the per-row
+// accumulators stay in registers.
+template <ScaleType T, int G>
+inline void attn_pass(const AttnArgs& a, int g0) {
   const int D = a.D, s0 = a.s0, n = a.s1 - a.s0, body = D - D % kLanes;
-  const int Dp = body == D ? D : body + kLanes;  // D padded to whole vectors
+  const int chunks = (D + kLanes - 1) / kLanes;  // vectors per row, the last zero-padded
   const char* kb = static_cast<const char*>(a.K);
   const char* vb = static_cast<const char*>(a.V);
   const long esize = T == ScaleType::f32 ? 4 : 2;
-  float* sc[kAttnRows];
+  float* sc[G];
   for (int g = 0; g < G; ++g) sc[g] = a.scores + static_cast<long>(g) * n;
-  // The query rows, zero-padded to Dp; a block of kLanes key rows as float32, the same.
-  float qbuf[kAttnRows * (kAttnMaxD + kLanes)], kbuf[kLanes * (kAttnMaxD + kLanes)];
+  constexpr int kMaxChunks = (kAttnMaxD + kLanes - 1) / kLanes;
+  // The query rows, zero-padded; a block of kLanes key rows as float32, chunk-major (vector c
+  // of key j at (c * kLanes + j) * kLanes), so that the score loop addresses it with constants.
+  float qbuf[G * kMaxChunks * kLanes], kbuf[kMaxChunks * kLanes * kLanes];
   for (int g = 0; g < G; ++g) {
     const float* q = a.q + static_cast<long>(g0 + g) * a.qs;
-    for (int d = 0; d < Dp; ++d) qbuf[g * Dp + d] = d < D ? q[d] : 0.0f;
+    for (int d = 0; d < chunks * kLanes; ++d) qbuf[g * chunks * kLanes + d] = d < D ? q[d] : 0.0f;
   }
-  const bool direct = T == ScaleType::f32 && body == D;
   for (int j0 = 0; j0 < n; j0 += kLanes) {
     const int nj = n - j0 < kLanes ? n - j0 : kLanes;
-    const float* krow[kLanes];
-    if (direct && nj == kLanes) {
-      for (int j = 0; j < kLanes; ++j)
-        krow[j] = reinterpret_cast<const float*>(kb + (s0 + j0 + j) * a.ks * esize);
-    } else {
-      for (int j = 0; j < kLanes; ++j) {
-        float* o = kbuf + j * Dp;
-        krow[j] = o;
-        if (j >= nj) {
-          for (int d = 0; d < Dp; ++d) o[d] = 0.0f;
-          continue;
-        }
-        const void* kr = kb + (s0 + j0 + j) * a.ks * esize;
-        int d = 0;
-        for (; d < body; d += kLanes) {
-          const vf v = load_kv<T>(kr, d);
-          __builtin_memcpy(o + d, &v, sizeof(vf));
-        }
-        for (; d < D; ++d) o[d] = scale_at(kr, T, d);
-        for (; d < Dp; ++d) o[d] = 0.0f;
+    for (int j = 0; j < kLanes; ++j) {
+      if (j >= nj) {
+        for (int c = 0; c < chunks; ++c)
+          __builtin_memset(kbuf + (c * kLanes + j) * kLanes, 0, sizeof(vf));
+        continue;
+      }
+      const void* kr = kb + (s0 + j0 + j) * a.ks * esize;
+      int c = 0;
+      for (; c * kLanes < body; ++c) {
+        const vf v = load_kv<T>(kr, c * kLanes);
+        __builtin_memcpy(kbuf + (c * kLanes + j) * kLanes, &v, sizeof(vf));
+      }
+      if (c < chunks) {
+        vf v = {};
+        for (int d = body; d < D; ++d) v[d - body] = scale_at(kr, T, d);
+        __builtin_memcpy(kbuf + (c * kLanes + j) * kLanes, &v, sizeof(vf));
       }
     }
     for (int g = 0; g < G; ++g) {
       // acc[bitrev(j)]: key j's products, summed across lanes by reduce_lanes.
       vf acc[kLanes] = {};
-      const float* q = qbuf + g * Dp;
-      for (int d = 0; d < Dp; d += kLanes) {
-        const vf qv = load(q + d);
+      const float* q = qbuf + g * chunks * kLanes;
+      for (int c = 0; c < chunks; ++c) {
+        const vf qv = load(q + c * kLanes);
+        const float* kc = kbuf + c * kLanes * kLanes;
 #pragma GCC unroll 16
-        for (int j = 0; j < kLanes; ++j) acc[bitrev(j)] += qv * load(krow[j] + d);
+        for (int j = 0; j < kLanes; ++j) acc[bitrev(j)] += qv * load(kc + j * kLanes);
       }
       vf s = reduce_lanes(acc) * a.scale;
-      if (nj < kLanes) {
-        for (int j = nj; j < kLanes; ++j) s[j] = -__builtin_inff();
-      }
       __builtin_memcpy(sc[g] + j0, &s, static_cast<unsigned long>(nj) * 4);
     }
   }
   for (int g = 0; g < G; ++g) {
-    vf mv = vf{} - __builtin_inff();
+    vf mv = splat(-__builtin_inff());
     int j = 0;
     for (; j + kLanes <= n; j += kLanes) {
       const vf v = load(sc[g] + j);
@@ -376,14 +374,14 @@ inline void attn_pass(const AttnArgs& a, int g0, int G) {
     float m = hmax(mv);
     for (; j < n; ++j) m = sc[g][j] > m ? sc[g][j] : m;
     vf sum = {};
-    const vf vm = vf{} + m;
+    const vf vm = splat(m);
     for (j = 0; j + kLanes <= n; j += kLanes) {
       const vf p = vexp(load(sc[g] + j) - vm);
       __builtin_memcpy(sc[g] + j, &p, sizeof(vf));
       sum += p;
     }
     if (j < n) {
-      vf t = vf{} - __builtin_inff();
+      vf t = splat(-__builtin_inff());
       __builtin_memcpy(&t, sc[g] + j, static_cast<unsigned long>(n - j) * 4);
       const vf p = vexp(t - vm);
       __builtin_memcpy(sc[g] + j, &p, static_cast<unsigned long>(n - j) * 4);
@@ -394,11 +392,11 @@ inline void attn_pass(const AttnArgs& a, int g0, int G) {
   }
   // Per kLanes output features, the weighted sum over every value row in registers.
   for (int d = 0; d < body; d += kLanes) {
-    vf acc[kAttnRows];
-    for (int g = 0; g < G; ++g) acc[g] = vf{};
-    for (int j = 0; j < n; ++j) {
-      const vf vv = load_kv<T>(vb + (s0 + j) * a.vs * esize, d);
-      for (int g = 0; g < G; ++g) acc[g] += (vf{} + sc[g][j]) * vv;
+    vf acc[G] = {};
+    const char* vr = vb + s0 * a.vs * esize;
+    for (int j = 0; j < n; ++j, vr += a.vs * esize) {
+      const vf vv = load_kv<T>(vr, d);
+      for (int g = 0; g < G; ++g) acc[g] += splat(sc[g][j]) * vv;
     }
     for (int g = 0; g < G; ++g)
       __builtin_memcpy(a.out + static_cast<long>(g0 + g) * a.os + d, &acc[g], sizeof(vf));
@@ -413,8 +411,34 @@ inline void attn_pass(const AttnArgs& a, int g0, int G) {
 
 template <ScaleType T>
 inline void attn_all(const AttnArgs& a) {
-  for (int g0 = 0; g0 < a.G; g0 += kAttnRows)
-    attn_pass<T>(a, g0, a.G - g0 < kAttnRows ? a.G - g0 : kAttnRows);
+  for (int g0 = 0; g0 < a.G; g0 += kAttnRows) {
+    switch (a.G - g0 < kAttnRows ? a.G - g0 : kAttnRows) {
+      case 1:
+        attn_pass<T, 1>(a, g0);
+        break;
+      case 2:
+        attn_pass<T, 2>(a, g0);
+        break;
+      case 3:
+        attn_pass<T, 3>(a, g0);
+        break;
+      case 4:
+        attn_pass<T, 4>(a, g0);
+        break;
+      case 5:
+        attn_pass<T, 5>(a, g0);
+        break;
+      case 6:
+        attn_pass<T, 6>(a, g0);
+        break;
+      case 7:
+        attn_pass<T, 7>(a, g0);
+        break;
+      default:
+        attn_pass<T, 8>(a, g0);
+        break;
+    }
+  }
 }
 
 inline void attn_group(const AttnArgs& a) {
