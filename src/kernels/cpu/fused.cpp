@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <initializer_list>
+#include <iterator>
 #include <vector>
 
 #include "core/error.h"
@@ -33,13 +35,21 @@ Layer take(const std::vector<mx::array>& in, size_t& i, const QLinear& spec) {
   return l;
 }
 
-void linear(const Layer& l, const float* x, int M, float* out, Isa isa, Int8Mode int8) {
-  qmm_f32(l.w, x, M, out, isa, int8);
-  if (!l.bias) return;
-  std::vector<float> b(l.bias->size());
-  to_f32_rows(*l.bias, b.data());
-  for (int64_t m = 0; m < M; ++m)
-    for (int n = 0; n < l.w.N; ++n) out[m * l.w.N + n] += b[n];
+// Layers over the same x (qmm_f32_shared), each with its bias added.
+void linear(std::initializer_list<const Layer*> ls, const float* x, int M,
+            std::initializer_list<float*> outs, Isa isa, Int8Mode int8) {
+  std::vector<QWeight> ws;
+  for (const Layer* l : ls) ws.push_back(l->w);
+  qmm_f32_shared(ws.data(), static_cast<int>(ws.size()), x, M, std::data(outs), isa, int8);
+  auto out = outs.begin();
+  for (const Layer* l : ls) {
+    float* o = *out++;
+    if (!l->bias) continue;
+    std::vector<float> b(l->bias->size());
+    to_f32_rows(*l->bias, b.data());
+    for (int64_t m = 0; m < M; ++m)
+      for (int n = 0; n < l->w.N; ++n) o[m * l->w.N + n] += b[n];
+  }
 }
 
 // mx::fast::rms_norm: x * rsqrt(mean(x^2) + eps) * w, per row of D.
@@ -61,20 +71,36 @@ std::vector<float> f32(const mx::array& a) {
 
 // cos and sin of theta for positions offset .. offset + L - 1, (L, dims / 2) each.
 struct RopeTable {
+  RopeSpec spec;
+  int offset = -1, L = 0;
   std::vector<float> cos, sin;
-  RopeTable(const RopeSpec& r, int offset, int L) : cos(static_cast<size_t>(L) * (r.dims / 2)) {
-    const int half = r.dims / 2;
-    sin.resize(cos.size());
-    for (int l = 0; l < L; ++l) {
-      const float p = static_cast<float>(offset + l) * r.scale;
-      for (int i = 0; i < half; ++i) {
-        const float theta = p * std::exp(-static_cast<float>(i) * std::log(r.base) / half);
-        cos[static_cast<size_t>(l) * half + i] = std::cos(theta);
-        sin[static_cast<size_t>(l) * half + i] = std::sin(theta);
-      }
-    }
+  bool same(const RopeSpec& r, int o, int l) const {
+    return offset == o && L == l && spec.dims == r.dims && spec.base == r.base &&
+           spec.scale == r.scale;
   }
 };
+
+// The table of the calling thread, rebuilt when the positions change: every layer of a step
+// rotates the same positions.
+const RopeTable& rope_table(const RopeSpec& r, int offset, int L) {
+  thread_local RopeTable t;
+  if (t.same(r, offset, L)) return t;
+  const int half = r.dims / 2;
+  t.spec = r;
+  t.offset = offset;
+  t.L = L;
+  t.cos.resize(static_cast<size_t>(L) * half);
+  t.sin.resize(t.cos.size());
+  for (int l = 0; l < L; ++l) {
+    const float p = static_cast<float>(offset + l) * r.scale;
+    for (int i = 0; i < half; ++i) {
+      const float theta = p * std::exp(-static_cast<float>(i) * std::log(r.base) / half);
+      t.cos[static_cast<size_t>(l) * half + i] = std::cos(theta);
+      t.sin[static_cast<size_t>(l) * half + i] = std::sin(theta);
+    }
+  }
+  return t;
+}
 
 // Rotates one head vector (its first dims features) at row l of the table.
 void rope(float* x, const RopeTable& t, int l, const RopeSpec& r) {
@@ -120,22 +146,24 @@ class NormQkvRope : public mx::Primitive {
       const int hd = spec.head_dim;
       std::vector<float> xf = f32(x), nw = f32(ins[1]), n(xf.size());
       rms_norm(xf.data(), nw.data(), M, D, spec.norm_eps, n.data());
-      const RopeTable table(spec.rope, offset, L);
+      const RopeTable& table = rope_table(spec.rope, offset, L);
       std::vector<float> head_norm[2];
       if (spec.qk_norm_eps)
         for (int t = 0; t < 2; ++t) head_norm[t] = f32(ins[ins.size() - 2 + t]);
       const Layer* layers[3] = {&q, &k, &v};
       const int heads[3] = {spec.n_heads, spec.n_kv_heads, spec.n_kv_heads};
+      std::vector<float> y[3];
+      for (int t = 0; t < 3; ++t) y[t].resize(static_cast<size_t>(M) * layers[t]->w.N);
+      linear({&q, &k, &v}, n.data(), M, {y[0].data(), y[1].data(), y[2].data()}, isa, int8);
       for (int t = 0; t < 3; ++t) {
         const int N = layers[t]->w.N, H = heads[t];
-        std::vector<float> y(static_cast<size_t>(M) * N), o(y.size());
-        linear(*layers[t], n.data(), M, y.data(), isa, int8);
+        std::vector<float> o(y[t].size());
         // (B, L, H, hd) -> (B, H, L, hd), rotating q and k.
         for (int b = 0; b < B; ++b)
           for (int l = 0; l < L; ++l)
             for (int h = 0; h < H; ++h) {
               float* dst = o.data() + ((static_cast<int64_t>(b) * H + h) * L + l) * hd;
-              const float* src = y.data() + (static_cast<int64_t>(b) * L + l) * N + h * hd;
+              const float* src = y[t].data() + (static_cast<int64_t>(b) * L + l) * N + h * hd;
               std::copy(src, src + hd, dst);
               if (t < 2 && spec.qk_norm_eps)
                 rms_norm(dst, head_norm[t].data(), 1, hd, *spec.qk_norm_eps, dst);
@@ -187,14 +215,13 @@ class OutProjMlp : public mx::UnaryPrimitive {
       const int I = g.w.N;
       std::vector<float> h = f32(ins[0]), attn = f32(ins[1]), nw = f32(ins[2]);
       std::vector<float> y(static_cast<size_t>(M) * D), n(y.size());
-      linear(o, attn.data(), M, y.data(), isa, int8);
+      linear({&o}, attn.data(), M, {y.data()}, isa, int8);
       for (size_t j = 0; j < h.size(); ++j) h[j] += y[j];
       rms_norm(h.data(), nw.data(), M, D, eps, n.data());
       std::vector<float> gv(static_cast<size_t>(M) * I), uv(gv.size());
-      linear(g, n.data(), M, gv.data(), isa, int8);
-      linear(u, n.data(), M, uv.data(), isa, int8);
+      linear({&g, &u}, n.data(), M, {gv.data(), uv.data()}, isa, int8);
       for (size_t j = 0; j < gv.size(); ++j) gv[j] = gv[j] / (1.0f + std::exp(-gv[j])) * uv[j];
-      linear(d, gv.data(), M, y.data(), isa, int8);
+      linear({&d}, gv.data(), M, {y.data()}, isa, int8);
       for (size_t j = 0; j < h.size(); ++j) h[j] += y[j];
       from_f32(h.data(), out);
     });

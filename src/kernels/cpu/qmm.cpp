@@ -227,7 +227,30 @@ bool uses_int8(const QWeight& w, int M, Isa isa, Int8Mode int8) {
          i8_kernel(isa).rows != nullptr;
 }
 
-void qmm_i8(const QWeight& w, const float* x, int M, float* out, Isa isa) {
+// Rows per task for a weight of N rows: 16, or 64 for decode-sized calls on wide layers (longer
+// sequential weight streams per thread). Each row is computed by one thread in a fixed order, so
+// the result does not depend on the thread count or the task size.
+int rows_per_task(int N, int M) { return M <= 4 && N >= 1024 ? 64 : 16; }
+
+// fn(i, n0, n1) for rows [n0, n1) of weight i, every row of every weight, as one parallel_for.
+template <typename Fn>
+void for_rows(int n, const QWeight* ws, int M, const Fn& fn) {
+  std::vector<int> first(n + 1, 0);
+  for (int i = 0; i < n; ++i) {
+    const int per = rows_per_task(ws[i].N, M);
+    first[i + 1] = first[i] + (ws[i].N + per - 1) / per;
+  }
+  parallel_for(first[n], [&](int t) {
+    int i = 0;
+    while (t >= first[i + 1]) ++i;
+    const int per = rows_per_task(ws[i].N, M);
+    const int n0 = (t - first[i]) * per;
+    fn(i, n0, std::min(ws[i].N, n0 + per));
+  });
+}
+
+void qmm_i8(int n, const QWeight* ws, const float* x, int M, float* const* outs, Isa isa) {
+  const QWeight& w = ws[0];
   const QmmI8Kernel kernel = i8_kernel(isa);
   thread_local I8Rows xq;  // reused across calls: a decode step makes hundreds
   xq.q.resize(static_cast<size_t>(M) * 2 * w.K);
@@ -236,51 +259,33 @@ void qmm_i8(const QWeight& w, const float* x, int M, float* out, Isa isa) {
   xq.bsum.resize(w.K / 32);
   kernel.quantize(x, M, w.K, w.group_size, w.bits, xq.q.data(), xq.d.data(), xq.sum.data(),
                   xq.bsum.data());
-  QmmI8Args a;
-  a.xq = xq.q.data();
-  a.xd = xq.d.data();
-  a.xsum = xq.sum.data();
-  a.w = w.w;
-  a.scales = w.scales;
-  a.biases = w.biases;
-  a.scale_type = w.scale_type;
-  a.out = out;
-  a.M = M;
-  a.N = w.N;
-  a.K = w.K;
-  a.group_size = w.group_size;
-  a.bits = w.bits;
-  // As qmm_f32's float path: fixed rows per task, each row computed by one thread.
-  const int rows_per_task = M <= 4 && a.N >= 1024 ? 64 : 16;
-  const int tasks = (a.N + rows_per_task - 1) / rows_per_task;
-  parallel_for(tasks, [&](int t) {
+  std::vector<QmmI8Args> args(n);
+  for (int i = 0; i < n; ++i) {
+    QmmI8Args& a = args[i];
+    a.xq = xq.q.data();
+    a.xd = xq.d.data();
+    a.xsum = xq.sum.data();
+    a.w = ws[i].w;
+    a.scales = ws[i].scales;
+    a.biases = ws[i].biases;
+    a.scale_type = ws[i].scale_type;
+    a.out = outs[i];
+    a.M = M;
+    a.N = ws[i].N;
+    a.K = w.K;
+    a.group_size = w.group_size;
+    a.bits = w.bits;
+  }
+  for_rows(n, ws, M, [&](int i, int n0, int n1) {
     thread_local std::vector<float> sbuf;
-    if (sbuf.size() < 8u * (a.K / 32)) sbuf.resize(8u * (a.K / 32));
-    const int n0 = t * rows_per_task;
-    kernel.rows(a, n0, std::min(a.N, n0 + rows_per_task), sbuf.data());
+    if (sbuf.size() < 8u * (w.K / 32)) sbuf.resize(8u * (w.K / 32));
+    kernel.rows(args[i], n0, n1, sbuf.data());
   });
 }
 
-}  // namespace
-
-void qmm_f32(const QWeight& w, const float* x, int M, float* out, Isa isa, Int8Mode int8) {
-  if (uses_int8(w, M, isa, int8)) {
-    qmm_i8(w, x, M, out, isa);
-    return;
-  }
+void qmm_float(int n, const QWeight* ws, const float* x, int M, float* const* outs, Isa isa) {
+  const QWeight& w = ws[0];
   QmmRowsFn kernel = kernels_for(isa).qmm_rows;
-  QmmArgs a;
-  a.w = w.w;
-  a.scales = w.scales;
-  a.biases = w.biases;
-  a.scale_type = w.scale_type;
-  a.out = out;
-  a.M = M;
-  a.N = w.N;
-  a.K = w.K;
-  a.group_size = w.group_size;
-  a.bits = w.bits;
-  a.x = x;
   std::vector<float> perm;
   if (w.bits == 4) {
     // Per block of 32: even elements first, then odd ones (QmmArgs::x).
@@ -291,19 +296,50 @@ void qmm_f32(const QWeight& w, const float* x, int M, float* out, Isa isa, Int8M
           perm[r * w.K + b + j] = x[r * w.K + b + 2 * j];
           perm[r * w.K + b + 16 + j] = x[r * w.K + b + 2 * j + 1];
         }
-    a.x = perm.data();
   }
-  // Tasks of 16 weight rows (64 for decode-sized calls on wide layers: longer sequential weight
-  // streams per thread) balance the pool; each row is computed by one thread in a fixed order,
-  // so the result does not depend on the thread count or the task size.
-  const int rows_per_task = M <= 4 && a.N >= 1024 ? 64 : 16;
-  const int tasks = (a.N + rows_per_task - 1) / rows_per_task;
-  parallel_for(tasks, [&](int t) {
+  std::vector<QmmArgs> args(n);
+  for (int i = 0; i < n; ++i) {
+    QmmArgs& a = args[i];
+    a.w = ws[i].w;
+    a.scales = ws[i].scales;
+    a.biases = ws[i].biases;
+    a.scale_type = ws[i].scale_type;
+    a.out = outs[i];
+    a.M = M;
+    a.N = ws[i].N;
+    a.K = w.K;
+    a.group_size = w.group_size;
+    a.bits = w.bits;
+    a.x = w.bits == 4 ? perm.data() : x;
+  }
+  for_rows(n, ws, M, [&](int i, int n0, int n1) {
     thread_local std::vector<float> wbuf;
-    if (wbuf.size() < 4u * a.K) wbuf.resize(4u * a.K);
-    const int n0 = t * rows_per_task;
-    kernel(a, n0, std::min(a.N, n0 + rows_per_task), wbuf.data());
+    if (wbuf.size() < 4u * w.K) wbuf.resize(4u * w.K);
+    kernel(args[i], n0, n1, wbuf.data());
   });
+}
+
+}  // namespace
+
+void qmm_f32(const QWeight& w, const float* x, int M, float* out, Isa isa, Int8Mode int8) {
+  qmm_f32_shared(&w, 1, x, M, &out, isa, int8);
+}
+
+void qmm_f32_shared(const QWeight* ws, int n, const float* x, int M, float* const* outs, Isa isa,
+                    Int8Mode int8) {
+  bool same = true;
+  for (int i = 1; i < n; ++i)
+    same = same && ws[i].K == ws[0].K && ws[i].bits == ws[0].bits &&
+           ws[i].group_size == ws[0].group_size;
+  if (!same) {
+    for (int i = 0; i < n; ++i) qmm_f32_shared(ws + i, 1, x, M, outs + i, isa, int8);
+    return;
+  }
+  if (uses_int8(ws[0], M, isa, int8)) {
+    qmm_i8(n, ws, x, M, outs, isa);
+  } else {
+    qmm_float(n, ws, x, M, outs, isa);
+  }
 }
 
 void to_f32_rows(const mx::array& x, float* out) {

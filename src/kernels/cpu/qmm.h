@@ -69,6 +69,11 @@ IsaKernels kernels_for(Isa isa);  // an error when the CPU or the build lacks it
 // x (M, K) float32, row-major -> out (M, N) float32, spread over the thread pool; through the
 // int8 path when `int8` selects it for M rows and the layout and CPU allow it.
 void qmm_f32(const QWeight& w, const float* x, int M, float* out, Isa isa, Int8Mode int8);
+// n weights over the same x (Q/K/V, gate/up): outs[i] (M, ws[i].N). Weights of one layout (K,
+// bits, group size) share one conversion of x and one parallel_for; the results equal n calls
+// of qmm_f32.
+void qmm_f32_shared(const QWeight* ws, int n, const float* x, int M, float* const* outs, Isa isa,
+                    Int8Mode int8);
 // An evaluated float array (..., K) of any layout -> (M, K) float32 rows.
 void to_f32_rows(const mx::array& x, float* out);
 // float32 values -> out's buffer in out's dtype (out.size() values).
