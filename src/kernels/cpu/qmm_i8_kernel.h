@@ -120,7 +120,7 @@ inline __m512i load_w64(const unsigned char* p) {
 // out[m .. m + MB, nb .. nb + rows) from weight rows nb .. nb + kRows (short blocks repeat
 // their last row; those results are not stored). sb: per row, its group scales then biases.
 template <int BITS, int MB>
-inline void block(const QmmI8Args& a, int nb, int rows, int m, const float* sb) {
+inline void block(const QmmI8Args& a, int nb, int rows, int m, const float* sb, bool fetch) {
   const int groups = a.K / a.group_size;
   const long row_bytes = static_cast<long>(a.K) * BITS / 8;
   const unsigned char* wr[kRows];
@@ -151,6 +151,8 @@ inline void block(const QmmI8Args& a, int nb, int rows, int m, const float* sb) 
     const int j = k >> 5;
     __m512i wv[kRows];
     __m512 sv[kRows];
+    if (fetch)  // the next block's rows, as fast as this block's are consumed
+      for (int r = 0; r < kRows; ++r) __builtin_prefetch(wr[r] + k * BITS / 8 + kRows * row_bytes);
     for (int r = 0; r < kRows; ++r) {
       wv[r] = load_w64<BITS>(wr[r] + k * BITS / 8);
       const int g0 = k >> gshift, g1 = (k + 32) >> gshift;
@@ -174,6 +176,8 @@ inline void block(const QmmI8Args& a, int nb, int rows, int m, const float* sb) 
   for (; k + 32 <= a.K; k += 32) {
     const int j = k >> 5, g = k >> gshift;
     __m256i wv[kRows];
+    if (fetch)
+      for (int r = 0; r < kRows; ++r) __builtin_prefetch(wr[r] + k * BITS / 8 + kRows * row_bytes);
     for (int r = 0; r < kRows; ++r) wv[r] = load_w32<BITS>(wr[r] + k * BITS / 8);
     for (int i = 0; i < MB; ++i) {
       const __m256i x1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq[i] + k));
@@ -214,14 +218,11 @@ inline void block(const QmmI8Args& a, int nb, int rows, int m, const float* sb) 
 template <int BITS>
 inline void rows_impl(const QmmI8Args& a, int n0, int n1, float* sb) {
   const int groups = a.K / a.group_size;
-  const long row_bytes = static_cast<long>(a.K) * BITS / 8;
   for (int nb = n0; nb < n1; nb += kRows) {
     const int rows = n1 - nb < kRows ? n1 - nb : kRows;
-    // Each weight byte is read once per call: ask for the next block while this one computes.
-    if (nb + kRows < a.N) {
-      const unsigned char* next = a.w + (nb + kRows) * row_bytes;
-      for (long off = 0; off < kRows * row_bytes; off += 64) __builtin_prefetch(next + off);
-    }
+    // Each weight byte is read once per call: block() asks for the next block's bytes while it
+    // computes (a task's rows span few 4 KiB pages, where the hardware prefetcher stops).
+    const bool fetch = nb + 2 * kRows <= a.N;
     for (int r = 0; r < rows; ++r) {
       const long at = static_cast<long>(nb + r) * groups;
       to_float(static_cast<const char*>(a.scales) + at * (a.scale_type == ScaleType::f32 ? 4 : 2),
@@ -230,8 +231,8 @@ inline void rows_impl(const QmmI8Args& a, int n0, int n1, float* sb) {
                a.scale_type, groups, sb + 2L * r * groups + groups);
     }
     int m = 0;
-    for (; m + kXRows <= a.M; m += kXRows) block<BITS, kXRows>(a, nb, rows, m, sb);
-    for (; m < a.M; ++m) block<BITS, 1>(a, nb, rows, m, sb);
+    for (; m + kXRows <= a.M; m += kXRows) block<BITS, kXRows>(a, nb, rows, m, sb, fetch && m == 0);
+    for (; m < a.M; ++m) block<BITS, 1>(a, nb, rows, m, sb, fetch && m == 0);
   }
 }
 
