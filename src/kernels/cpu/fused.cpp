@@ -116,6 +116,52 @@ void rope(float* x, const RopeTable& t, int l, const RopeSpec& r) {
   }
 }
 
+// x (M = B * L, D) float32 -> out[0] q (B, n_heads, L, hd), out[1..2] k, v (B, n_kv_heads, L,
+// hd), float32: rms_norm, the projections, the q / k head norms (head_norm, when set), RoPE.
+void qkv_f32(const QkvSpec& spec, int offset, const Layer& q, const Layer& k, const Layer& v,
+             const float* x, const float* norm_w, const float* const* head_norm, int B, int L,
+             int D, Isa isa, Int8Mode int8, std::vector<float>* out) {
+  const int M = B * L, hd = spec.head_dim;
+  std::vector<float> n(static_cast<size_t>(M) * D);
+  rms_norm(x, norm_w, M, D, spec.norm_eps, n.data());
+  const RopeTable& table = rope_table(spec.rope, offset, L);
+  const Layer* layers[3] = {&q, &k, &v};
+  const int heads[3] = {spec.n_heads, spec.n_kv_heads, spec.n_kv_heads};
+  std::vector<float> y[3];
+  for (int t = 0; t < 3; ++t) y[t].resize(static_cast<size_t>(M) * layers[t]->w.N);
+  linear({&q, &k, &v}, n.data(), M, {y[0].data(), y[1].data(), y[2].data()}, isa, int8);
+  for (int t = 0; t < 3; ++t) {
+    const int N = layers[t]->w.N, H = heads[t];
+    out[t].resize(y[t].size());
+    // (B, L, H, hd) -> (B, H, L, hd), rotating q and k.
+    for (int b = 0; b < B; ++b)
+      for (int l = 0; l < L; ++l)
+        for (int h = 0; h < H; ++h) {
+          float* dst = out[t].data() + ((static_cast<int64_t>(b) * H + h) * L + l) * hd;
+          const float* src = y[t].data() + (static_cast<int64_t>(b) * L + l) * N + h * hd;
+          std::copy(src, src + hd, dst);
+          if (t < 2 && head_norm) rms_norm(dst, head_norm[t], 1, hd, *spec.qk_norm_eps, dst);
+          if (t < 2) rope(dst, table, l, spec.rope);
+        }
+  }
+}
+
+// h (M, D) += o(attn); h += down(silu(gate(n)) * up(n)) with n = rms_norm(h) * norm_w.
+void out_mlp_f32(float* h, const float* attn, int M, int D, const float* norm_w, float eps,
+                 const Layer& o, const Layer& g, const Layer& u, const Layer& d, Isa isa,
+                 Int8Mode int8) {
+  const int I = g.w.N;
+  std::vector<float> y(static_cast<size_t>(M) * D), n(y.size());
+  linear({&o}, attn, M, {y.data()}, isa, int8);
+  for (size_t j = 0; j < y.size(); ++j) h[j] += y[j];
+  rms_norm(h, norm_w, M, D, eps, n.data());
+  std::vector<float> gv(static_cast<size_t>(M) * I), uv(gv.size());
+  linear({&g, &u}, n.data(), M, {gv.data(), uv.data()}, isa, int8);
+  for (size_t j = 0; j < gv.size(); ++j) gv[j] = gv[j] / (1.0f + std::exp(-gv[j])) * uv[j];
+  linear({&d}, gv.data(), M, {y.data()}, isa, int8);
+  for (size_t j = 0; j < y.size(); ++j) h[j] += y[j];
+}
+
 class NormQkvRope : public mx::Primitive {
  public:
   NormQkvRope(mx::Stream s, QkvSpec spec, int offset, QLinear q, QLinear k, QLinear v, Isa isa,
@@ -142,35 +188,18 @@ class NormQkvRope : public mx::Primitive {
                   k = std::move(k), v = std::move(v), ins = std::move(ins),
                   outs = std::move(outs)]() mutable {
       const mx::array& x = ins[0];
-      const int B = x.shape(0), L = x.shape(1), D = x.shape(2), M = B * L;
-      const int hd = spec.head_dim;
-      std::vector<float> xf = f32(x), nw = f32(ins[1]), n(xf.size());
-      rms_norm(xf.data(), nw.data(), M, D, spec.norm_eps, n.data());
-      const RopeTable& table = rope_table(spec.rope, offset, L);
-      std::vector<float> head_norm[2];
+      const int B = x.shape(0), L = x.shape(1), D = x.shape(2);
+      std::vector<float> xf = f32(x), nw = f32(ins[1]), hn[2];
+      const float* head_norm[2] = {nullptr, nullptr};
       if (spec.qk_norm_eps)
-        for (int t = 0; t < 2; ++t) head_norm[t] = f32(ins[ins.size() - 2 + t]);
-      const Layer* layers[3] = {&q, &k, &v};
-      const int heads[3] = {spec.n_heads, spec.n_kv_heads, spec.n_kv_heads};
+        for (int t = 0; t < 2; ++t) {
+          hn[t] = f32(ins[ins.size() - 2 + t]);
+          head_norm[t] = hn[t].data();
+        }
       std::vector<float> y[3];
-      for (int t = 0; t < 3; ++t) y[t].resize(static_cast<size_t>(M) * layers[t]->w.N);
-      linear({&q, &k, &v}, n.data(), M, {y[0].data(), y[1].data(), y[2].data()}, isa, int8);
-      for (int t = 0; t < 3; ++t) {
-        const int N = layers[t]->w.N, H = heads[t];
-        std::vector<float> o(y[t].size());
-        // (B, L, H, hd) -> (B, H, L, hd), rotating q and k.
-        for (int b = 0; b < B; ++b)
-          for (int l = 0; l < L; ++l)
-            for (int h = 0; h < H; ++h) {
-              float* dst = o.data() + ((static_cast<int64_t>(b) * H + h) * L + l) * hd;
-              const float* src = y[t].data() + (static_cast<int64_t>(b) * L + l) * N + h * hd;
-              std::copy(src, src + hd, dst);
-              if (t < 2 && spec.qk_norm_eps)
-                rms_norm(dst, head_norm[t].data(), 1, hd, *spec.qk_norm_eps, dst);
-              if (t < 2) rope(dst, table, l, spec.rope);
-            }
-        from_f32(o.data(), outs[t]);
-      }
+      qkv_f32(spec, offset, q, k, v, xf.data(), nw.data(), spec.qk_norm_eps ? head_norm : nullptr,
+              B, L, D, isa, int8, y);
+      for (int t = 0; t < 3; ++t) from_f32(y[t].data(), outs[t]);
     });
   }
 
@@ -212,17 +241,8 @@ class OutProjMlp : public mx::UnaryPrimitive {
                   out = mx::array::unsafe_weak_copy(out)]() mutable {
       const int D = ins[0].shape(-1);
       const int M = static_cast<int>(ins[0].size() / D);
-      const int I = g.w.N;
       std::vector<float> h = f32(ins[0]), attn = f32(ins[1]), nw = f32(ins[2]);
-      std::vector<float> y(static_cast<size_t>(M) * D), n(y.size());
-      linear({&o}, attn.data(), M, {y.data()}, isa, int8);
-      for (size_t j = 0; j < h.size(); ++j) h[j] += y[j];
-      rms_norm(h.data(), nw.data(), M, D, eps, n.data());
-      std::vector<float> gv(static_cast<size_t>(M) * I), uv(gv.size());
-      linear({&g, &u}, n.data(), M, {gv.data(), uv.data()}, isa, int8);
-      for (size_t j = 0; j < gv.size(); ++j) gv[j] = gv[j] / (1.0f + std::exp(-gv[j])) * uv[j];
-      linear({&d}, gv.data(), M, {y.data()}, isa, int8);
-      for (size_t j = 0; j < h.size(); ++j) h[j] += y[j];
+      out_mlp_f32(h.data(), attn.data(), M, D, nw.data(), eps, o, g, u, d, isa, int8);
       from_f32(h.data(), out);
     });
   }
@@ -265,6 +285,121 @@ ScaleType kv_type(mx::Dtype t) {
   return t == mx::float32 ? ScaleType::f32 : t == mx::bfloat16 ? ScaleType::bf16 : ScaleType::f16;
 }
 
+// Causal attention of qf (B, Hq, L, D) float32 over rows [0, S) of k, v (B, Hkv, >= S, D), any
+// float dtype, unit stride on D -> o (B, L, Hq * D) float32.
+void attention_f32(const float* qf, int B, int Hq, int L, int D, const mx::array& k,
+                   const mx::array& v, int S, float scale, Isa isa, float* o) {
+  const int Hkv = k.shape(1), group = Hq / Hkv;
+  AttnGroupFn attend = kernels_for(isa).attn_group;
+  const auto base = [&](int b, int kh) {
+    AttnArgs a;
+    a.qs = static_cast<long>(L) * D;  // the group's heads, at one query position
+    a.G = group;
+    a.D = D;
+    a.scale = scale;
+    a.os = D;
+    a.K = k.data<char>() + (b * k.strides()[0] + kh * k.strides()[1]) * k.itemsize();
+    a.V = v.data<char>() + (b * v.strides()[0] + kh * v.strides()[1]) * v.itemsize();
+    a.ks = k.strides()[2];
+    a.vs = v.strides()[2];
+    a.kv_type = kv_type(k.dtype());
+    return a;
+  };
+  const auto q_at = [&](int b, int kh, int l) {
+    return qf + ((static_cast<int64_t>(b) * Hq + kh * group) * L + l) * D;
+  };
+  const auto o_at = [&](int b, int kh, int l) {
+    return o + ((static_cast<int64_t>(b) * L + l) * Hq + kh * group) * D;
+  };
+  if (L <= kInPlaceRows) {
+    // A few query rows (decode, a short verify) read the cache in its dtype where it lies,
+    // split into chunks of keys over the pool; the chunks' partial softmax sums merge in a
+    // fixed order, so the result does not depend on the thread count.
+    const int chunks = (S + kKeyChunk - 1) / kKeyChunk;
+    const int tasks = B * Hkv * L * chunks;
+    std::vector<float> part(static_cast<size_t>(tasks) * group * (D + 2));
+    float* pm = part.data() + static_cast<size_t>(tasks) * group * D;
+    float* pl = pm + static_cast<size_t>(tasks) * group;
+    auto task = [&](int t) {
+      const int c = t % chunks, l = t / chunks % L, kh = t / chunks / L % Hkv;
+      const int b = t / chunks / L / Hkv;
+      const int rows = S - L + l + 1, s0 = c * kKeyChunk;
+      if (s0 >= rows) {
+        std::fill(pm + t * group, pm + (t + 1) * group, -INFINITY);
+        std::fill(pl + t * group, pl + (t + 1) * group, 0.0f);
+        return;
+      }
+      thread_local std::vector<float> sc;
+      if (sc.size() < static_cast<size_t>(group) * kKeyChunk) sc.resize(group * kKeyChunk);
+      AttnArgs a = base(b, kh);
+      a.q = q_at(b, kh, l);
+      a.s0 = s0;
+      a.s1 = std::min(rows, s0 + kKeyChunk);
+      a.scores = sc.data();
+      a.out = part.data() + static_cast<size_t>(t) * group * D;
+      a.m = pm + t * group;
+      a.l = pl + t * group;
+      attend(a);
+    };
+    // A short decode step's attention is a few microseconds of work: no pool for it.
+    if (tasks > 1 && static_cast<int64_t>(L) * S * Hq * D >= (1 << 16)) {
+      parallel_for(tasks, task);
+    } else {
+      for (int t = 0; t < tasks; ++t) task(t);
+    }
+    for (int r = 0; r < B * Hkv * L; ++r) {
+      const int l = r % L, kh = r / L % Hkv, b = r / L / Hkv;
+      for (int g = 0; g < group; ++g) {
+        float mx = -INFINITY, sum = 0;
+        for (int c = 0; c < chunks; ++c) mx = std::max(mx, pm[(r * chunks + c) * group + g]);
+        float* dst = o_at(b, kh, l) + static_cast<int64_t>(g) * D;
+        std::fill(dst, dst + D, 0.0f);
+        for (int c = 0; c < chunks; ++c) {
+          const int t = r * chunks + c;
+          if (pl[t * group + g] == 0.0f) continue;
+          const float w = std::exp(pm[t * group + g] - mx);
+          sum += w * pl[t * group + g];
+          const float* src = part.data() + (static_cast<size_t>(t) * group + g) * D;
+          for (int d = 0; d < D; ++d) dst[d] += w * src[d];
+        }
+        for (int d = 0; d < D; ++d) dst[d] /= sum;
+      }
+    }
+  } else {
+    // A prefill chunk reads every key row L times: it converts each KV head to float32 once.
+    std::vector<float> kf(static_cast<size_t>(S) * D), vf(kf.size());
+    constexpr int kRowsPerTask = 8;
+    const int row_tasks = (L + kRowsPerTask - 1) / kRowsPerTask;
+    for (int b = 0; b < B; ++b)
+      for (int kh = 0; kh < Hkv; ++kh) {
+        head_rows_f32(k, b, kh, S, kf.data());
+        head_rows_f32(v, b, kh, S, vf.data());
+        AttnArgs args = base(b, kh);
+        args.K = kf.data();
+        args.V = vf.data();
+        args.ks = args.vs = D;
+        args.kv_type = ScaleType::f32;
+        parallel_for(row_tasks, [&](int t) {
+          thread_local std::vector<float> scores;
+          if (scores.size() < static_cast<size_t>(group) * S) scores.resize(group * S);
+          std::vector<float> m(group), sum(group);
+          for (int l = t * kRowsPerTask; l < std::min(L, (t + 1) * kRowsPerTask); ++l) {
+            AttnArgs a = args;
+            a.q = q_at(b, kh, l);
+            a.s1 = S - L + l + 1;
+            a.scores = scores.data();
+            a.out = o_at(b, kh, l);
+            a.m = m.data();
+            a.l = sum.data();
+            attend(a);
+            for (int g = 0; g < group; ++g)
+              for (int d = 0; d < D; ++d) a.out[g * D + d] /= sum[g];
+          }
+        });
+      }
+  }
+}
+
 class CausalAttention : public mx::UnaryPrimitive {
  public:
   CausalAttention(mx::Stream s, float scale, Isa isa)
@@ -279,119 +414,12 @@ class CausalAttention : public mx::UnaryPrimitive {
                   k = mx::array::unsafe_weak_copy(in[1]), v = mx::array::unsafe_weak_copy(in[2]),
                   out = mx::array::unsafe_weak_copy(out)]() mutable {
       const int B = q.shape(0), Hq = q.shape(1), L = q.shape(2), D = q.shape(3);
-      const int Hkv = k.shape(1), S = k.shape(2), group = Hq / Hkv;
-      AttnGroupFn attend = kernels_for(isa).attn_group;
+      const int S = k.shape(2);
       std::vector<float> qf(q.size()), o(static_cast<size_t>(B) * L * Hq * D);
       for (int b = 0; b < B; ++b)
         for (int h = 0; h < Hq; ++h)
           head_rows_f32(q, b, h, L, qf.data() + ((b * Hq + h) * L) * static_cast<int64_t>(D));
-      const auto base = [&](int b, int kh) {
-        AttnArgs a;
-        a.qs = static_cast<long>(L) * D;  // the group's heads, at one query position
-        a.G = group;
-        a.D = D;
-        a.scale = scale;
-        a.os = D;
-        a.K = k.data<char>() + (b * k.strides()[0] + kh * k.strides()[1]) * k.itemsize();
-        a.V = v.data<char>() + (b * v.strides()[0] + kh * v.strides()[1]) * v.itemsize();
-        a.ks = k.strides()[2];
-        a.vs = v.strides()[2];
-        a.kv_type = kv_type(k.dtype());
-        return a;
-      };
-      const auto q_at = [&](int b, int kh, int l) {
-        return qf.data() + ((static_cast<int64_t>(b) * Hq + kh * group) * L + l) * D;
-      };
-      const auto o_at = [&](int b, int kh, int l) {
-        return o.data() + ((static_cast<int64_t>(b) * L + l) * Hq + kh * group) * D;
-      };
-      if (L <= kInPlaceRows) {
-        // A few query rows (decode, a short verify) read the cache in its dtype where it lies,
-        // split into chunks of keys over the pool; the chunks' partial softmax sums merge in a
-        // fixed order, so the result does not depend on the thread count.
-        const int chunks = (S + kKeyChunk - 1) / kKeyChunk;
-        const int tasks = B * Hkv * L * chunks;
-        std::vector<float> part(static_cast<size_t>(tasks) * group * (D + 2));
-        float* pm = part.data() + static_cast<size_t>(tasks) * group * D;
-        float* pl = pm + static_cast<size_t>(tasks) * group;
-        auto task = [&](int t) {
-          const int c = t % chunks, l = t / chunks % L, kh = t / chunks / L % Hkv;
-          const int b = t / chunks / L / Hkv;
-          const int rows = S - L + l + 1, s0 = c * kKeyChunk;
-          if (s0 >= rows) {
-            std::fill(pm + t * group, pm + (t + 1) * group, -INFINITY);
-            std::fill(pl + t * group, pl + (t + 1) * group, 0.0f);
-            return;
-          }
-          thread_local std::vector<float> sc;
-          if (sc.size() < static_cast<size_t>(group) * kKeyChunk) sc.resize(group * kKeyChunk);
-          AttnArgs a = base(b, kh);
-          a.q = q_at(b, kh, l);
-          a.s0 = s0;
-          a.s1 = std::min(rows, s0 + kKeyChunk);
-          a.scores = sc.data();
-          a.out = part.data() + static_cast<size_t>(t) * group * D;
-          a.m = pm + t * group;
-          a.l = pl + t * group;
-          attend(a);
-        };
-        // A short decode step's attention is a few microseconds of work: no pool for it.
-        if (tasks > 1 && static_cast<int64_t>(L) * S * Hq * D >= (1 << 16)) {
-          parallel_for(tasks, task);
-        } else {
-          for (int t = 0; t < tasks; ++t) task(t);
-        }
-        for (int r = 0; r < B * Hkv * L; ++r) {
-          const int l = r % L, kh = r / L % Hkv, b = r / L / Hkv;
-          for (int g = 0; g < group; ++g) {
-            float mx = -INFINITY, sum = 0;
-            for (int c = 0; c < chunks; ++c) mx = std::max(mx, pm[(r * chunks + c) * group + g]);
-            float* dst = o_at(b, kh, l) + static_cast<int64_t>(g) * D;
-            std::fill(dst, dst + D, 0.0f);
-            for (int c = 0; c < chunks; ++c) {
-              const int t = r * chunks + c;
-              if (pl[t * group + g] == 0.0f) continue;
-              const float w = std::exp(pm[t * group + g] - mx);
-              sum += w * pl[t * group + g];
-              const float* src = part.data() + (static_cast<size_t>(t) * group + g) * D;
-              for (int d = 0; d < D; ++d) dst[d] += w * src[d];
-            }
-            for (int d = 0; d < D; ++d) dst[d] /= sum;
-          }
-        }
-      } else {
-        // A prefill chunk reads every key row L times: it converts each KV head to float32 once.
-        std::vector<float> kf(static_cast<size_t>(S) * D), vf(kf.size());
-        constexpr int kRowsPerTask = 8;
-        const int row_tasks = (L + kRowsPerTask - 1) / kRowsPerTask;
-        for (int b = 0; b < B; ++b)
-          for (int kh = 0; kh < Hkv; ++kh) {
-            head_rows_f32(k, b, kh, S, kf.data());
-            head_rows_f32(v, b, kh, S, vf.data());
-            AttnArgs args = base(b, kh);
-            args.K = kf.data();
-            args.V = vf.data();
-            args.ks = args.vs = D;
-            args.kv_type = ScaleType::f32;
-            parallel_for(row_tasks, [&](int t) {
-              thread_local std::vector<float> scores;
-              if (scores.size() < static_cast<size_t>(group) * S) scores.resize(group * S);
-              std::vector<float> m(group), sum(group);
-              for (int l = t * kRowsPerTask; l < std::min(L, (t + 1) * kRowsPerTask); ++l) {
-                AttnArgs a = args;
-                a.q = q_at(b, kh, l);
-                a.s1 = S - L + l + 1;
-                a.scores = scores.data();
-                a.out = o_at(b, kh, l);
-                a.m = m.data();
-                a.l = sum.data();
-                attend(a);
-                for (int g = 0; g < group; ++g)
-                  for (int d = 0; d < D; ++d) a.out[g * D + d] /= sum[g];
-              }
-            });
-          }
-      }
+      attention_f32(qf.data(), B, Hq, L, D, k, v, S, scale, isa, o.data());
       from_f32(o.data(), out);
     });
   }
