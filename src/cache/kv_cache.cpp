@@ -22,27 +22,47 @@ Mask create_attention_mask(int n, int offset, bool return_array, std::optional<i
   return {"causal", std::nullopt};
 }
 
+void KVCache::grow(int B, int H, int Dk, int Dv, mx::Dtype dtype, int L) {
+  const int prev = offset_;
+  if (keys_ && prev + L <= keys_->shape(2)) return;
+  const int n_steps = (kStep + L - 1) / kStep;
+  mx::array new_k = mx::zeros({B, H, n_steps * kStep, Dk}, dtype);
+  mx::array new_v = mx::zeros({B, H, n_steps * kStep, Dv}, dtype);
+  if (keys_) {
+    if (prev % kStep != 0) {
+      keys_ = mx::slice(*keys_, {0, 0, 0, 0}, {B, H, prev, Dk});
+      values_ = mx::slice(*values_, {0, 0, 0, 0}, {B, H, prev, Dv});
+    }
+    keys_ = mx::concatenate({*keys_, new_k}, 2);
+    values_ = mx::concatenate({*values_, new_v}, 2);
+  } else {
+    keys_ = new_k;
+    values_ = new_v;
+  }
+  shared_ = false;  // new buffers
+}
+
+KVCache::Buffers KVCache::reserve(int B, int H, int Dk, int Dv, mx::Dtype dtype, int L) {
+  grow(B, H, Dk, Dv, dtype, L);
+  Buffers out{*keys_, *values_, !shared_};
+  keys_.reset();  // the writer's until commit
+  values_.reset();
+  return out;
+}
+
+void KVCache::commit(mx::array keys, mx::array values, int L) {
+  keys_ = std::move(keys);
+  values_ = std::move(values);
+  offset_ += L;
+  shared_ = false;  // written in place or copied: the cache's own
+}
+
 std::pair<mx::array, mx::array> KVCache::update_and_fetch(const mx::array& keys,
                                                           const mx::array& values) {
   const int prev = offset_;
   const int L = keys.shape(2);
-  if (!keys_ || prev + L > keys_->shape(2)) {
-    const int B = keys.shape(0), H = keys.shape(1), Dk = keys.shape(3), Dv = values.shape(3);
-    const int n_steps = (kStep + L - 1) / kStep;
-    mx::array new_k = mx::zeros({B, H, n_steps * kStep, Dk}, keys.dtype());
-    mx::array new_v = mx::zeros({B, H, n_steps * kStep, Dv}, values.dtype());
-    if (keys_) {
-      if (prev % kStep != 0) {
-        keys_ = mx::slice(*keys_, {0, 0, 0, 0}, {B, H, prev, Dk});
-        values_ = mx::slice(*values_, {0, 0, 0, 0}, {B, H, prev, Dv});
-      }
-      keys_ = mx::concatenate({*keys_, new_k}, 2);
-      values_ = mx::concatenate({*values_, new_v}, 2);
-    } else {
-      keys_ = new_k;
-      values_ = new_v;
-    }
-  }
+  grow(keys.shape(0), keys.shape(1), keys.shape(3), values.shape(3), keys.dtype(), L);
+  shared_ = true;  // the views returned below
   offset_ += L;
   const auto& ks = keys_->shape();
   const auto& vs = values_->shape();
@@ -69,6 +89,7 @@ Mask KVCache::make_mask(int n, std::optional<int> window, bool return_array) con
 
 std::vector<mx::array> KVCache::state() const {
   if (!keys_) return {};
+  shared_ = true;
   return {*keys_, *values_};
 }
 
@@ -79,10 +100,12 @@ void KVCache::set_state(std::optional<mx::array> keys, std::optional<mx::array> 
   keys_ = std::move(keys);
   values_ = std::move(values);
   offset_ = offset;
+  shared_ = true;
 }
 
 std::unique_ptr<KVCacheBase> KVCache::to_quantized(int group_size, int bits) const {
   auto q = std::make_unique<QuantizedKVCache>(group_size, bits);
+  shared_ = true;  // the quantized arrays are computed from the buffers later
   if (keys_) {
     q->set_state(quantize_kv(*keys_, group_size, bits), quantize_kv(*values_, group_size, bits),
                  offset_);

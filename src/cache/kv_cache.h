@@ -87,9 +87,23 @@ class KVCache : public KVCacheBase {
   // mlx-lm's state setter (load_prompt_cache): whole buffers (unset when empty) and offset.
   void set_state(std::optional<mx::array> keys, std::optional<mx::array> values, int offset);
 
+  // The whole buffers (B, H, capacity, D), grown as update_and_fetch grows them to hold L more
+  // rows, for a caller that writes rows [offset(), offset() + L) itself (the fused CPU layer)
+  // and then hands the written buffers to commit. in_place: no array of these buffers has left
+  // the cache (state(), update_and_fetch's views, set_state), so the writer may write them
+  // where they lie; otherwise it must write a copy.
+  struct Buffers {
+    mx::array keys, values;
+    bool in_place;
+  };
+  Buffers reserve(int B, int H, int Dk, int Dv, mx::Dtype dtype, int L);
+  void commit(mx::array keys, mx::array values, int L);
+
  private:
+  void grow(int B, int H, int Dk, int Dv, mx::Dtype dtype, int L);
   std::optional<mx::array> keys_, values_;
   int offset_ = 0;
+  mutable bool shared_ = false;  // an array of the current buffers is held outside the cache
 };
 
 using Cache = std::vector<std::unique_ptr<KVCacheBase>>;

@@ -52,6 +52,13 @@ TokenGenerator::TokenGenerator(Model& model, Cache& cache, std::vector<int> prom
   logprobs_ = lp;
 }
 
+TokenGenerator::~TokenGenerator() {
+  try {
+    if (y_) mx::synchronize();
+  } catch (...) {  // a failed step has nothing left to wait for
+  }
+}
+
 std::pair<mx::array, mx::array> TokenGenerator::step(const mx::array& input, bool generated) {
   mx::array logits = model_(mx::expand_dims(input, 0), cache_);
   const int L = logits.shape(1), V = logits.shape(2);

@@ -22,6 +22,11 @@ struct Step {
 class TokenGenerator {
  public:
   TokenGenerator(Model& model, Cache& cache, std::vector<int> prompt, GenerateOptions options);
+  // Waits for the step queued ahead (async_eval): a caller that stops early, at EOS or a stop
+  // string, may otherwise leave it running into the process's exit.
+  ~TokenGenerator();
+  TokenGenerator(const TokenGenerator&) = delete;
+  TokenGenerator& operator=(const TokenGenerator&) = delete;
   // Next token, or nullopt after max_tokens.
   std::optional<Step> next();
   const GenerationStats& stats() const { return stats_; }
