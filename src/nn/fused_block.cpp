@@ -1,7 +1,8 @@
 // Tier L3 of the dense decoder layer: rms_norm + Q/K/V + RoPE and o_proj + residual + rms_norm +
-// SwiGLU MLP + residual each run as one CPU primitive (kernels/cpu/fused.h), and the attention
-// over a plain KV cache as a third (MLX's for other caches). Layers with LoRA adapters, biases
-// outside Q/K/V or a RoPE with a frequency table run the op-by-op path.
+// SwiGLU MLP + residual each run as one CPU primitive (kernels/cpu/fused.h) with MLX's attention
+// between them; over a plain KV cache the whole layer, attention and cache write included, is a
+// single primitive. Layers with LoRA adapters, biases outside Q/K/V or a RoPE with a frequency
+// table run the op-by-op path.
 #include "kernels/cpu/fused.h"
 #include "nn/transformer.h"
 
@@ -39,17 +40,32 @@ std::optional<mx::array> DecoderBlock::fused(const mx::array& x, const Mask& mas
     spec.qk_norm_eps = a.q_norm->eps;
     qk_norm = kernels::cpu::QkNorm{a.q_norm->weight, a.k_norm->weight};
   }
+  auto* kv = dynamic_cast<KVCache*>(&cache);
+  if (kv && (mask.none() || (!mask.array && mask.mode == "causal"))) {
+    // A plain cache returns keys in position order, so the causal mask needs no array: the
+    // whole layer, cache write included, is one primitive.
+    const int B = x.shape(0), L = x.shape(1), H = a.opt.n_kv_heads, hd = a.opt.head_dim;
+    auto buf = kv->reserve(B, H, hd, hd, x.dtype(), L);
+    kernels::cpu::DecoderLayerWeights w{input_layernorm.weight,
+                                        qlinear(a.q_proj),
+                                        qlinear(a.k_proj),
+                                        qlinear(a.v_proj),
+                                        qk_norm,
+                                        qlinear(a.o_proj),
+                                        post_attention_layernorm.weight,
+                                        qlinear(mlp.gate_proj),
+                                        qlinear(mlp.up_proj),
+                                        qlinear(mlp.down_proj)};
+    auto out =
+        kernels::cpu::decoder_layer(x, buf.keys, buf.values, kv->offset(), w,
+                                    {spec, a.scale, post_attention_layernorm.eps}, buf.in_place);
+    kv->commit(out[1], out[2], L);
+    return out[0];
+  }
   auto qkv =
       kernels::cpu::norm_qkv_rope(x, input_layernorm.weight, qlinear(a.q_proj), qlinear(a.k_proj),
                                   qlinear(a.v_proj), spec, cache.offset(), qk_norm);
-  mx::array attn(0.0f);
-  if (dynamic_cast<KVCache*>(&cache) && (mask.none() || (!mask.array && mask.mode == "causal"))) {
-    // A plain cache returns keys in position order, so the causal mask needs no array.
-    auto [keys, values] = cache.update_and_fetch(qkv[1], qkv[2]);
-    attn = kernels::cpu::causal_attention(qkv[0], keys, values, a.scale);
-  } else {
-    attn = merge_heads(cached_attention(qkv[0], qkv[1], qkv[2], cache, a.scale, mask));
-  }
+  mx::array attn = merge_heads(cached_attention(qkv[0], qkv[1], qkv[2], cache, a.scale, mask));
   return kernels::cpu::out_proj_mlp(x, attn, qlinear(a.o_proj), post_attention_layernorm.weight,
                                     post_attention_layernorm.eps, qlinear(mlp.gate_proj),
                                     qlinear(mlp.up_proj), qlinear(mlp.down_proj));

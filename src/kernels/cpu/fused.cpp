@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <initializer_list>
 #include <iterator>
 #include <vector>
@@ -434,6 +435,132 @@ class CausalAttention : public mx::UnaryPrimitive {
   Isa isa_;
 };
 
+// p[0 .. n) rounded to dtype and back: what storing them in an array of that dtype does.
+void round_to(mx::Dtype dtype, float* p, size_t n) {
+  if (dtype == mx::bfloat16) {
+    for (size_t i = 0; i < n; ++i) p[i] = static_cast<float>(static_cast<mx::bfloat16_t>(p[i]));
+  } else if (dtype == mx::float16) {
+    for (size_t i = 0; i < n; ++i) p[i] = static_cast<float>(static_cast<mx::float16_t>(p[i]));
+  }
+}
+
+// Rows (B, H, L, hd) float32 into rows [offset, offset + L) of buf (B, H, capacity, hd).
+template <typename T>
+void write_rows(const float* src, int B, int H, int L, int hd, int offset, mx::array& buf) {
+  T* base = buf.data<T>();
+  const auto& st = buf.strides();
+  for (int b = 0; b < B; ++b)
+    for (int h = 0; h < H; ++h)
+      for (int l = 0; l < L; ++l) {
+        T* dst = base + b * st[0] + h * st[1] + (offset + l) * st[2];
+        const float* r = src + ((static_cast<int64_t>(b) * H + h) * L + l) * hd;
+        for (int d = 0; d < hd; ++d) dst[d] = static_cast<T>(r[d]);
+      }
+}
+
+void write_rows_as(const float* src, int B, int H, int L, int hd, int offset, mx::array& buf) {
+  if (buf.dtype() == mx::float32)
+    write_rows<float>(src, B, H, L, hd, offset, buf);
+  else if (buf.dtype() == mx::bfloat16)
+    write_rows<mx::bfloat16_t>(src, B, H, L, hd, offset, buf);
+  else
+    write_rows<mx::float16_t>(src, B, H, L, hd, offset, buf);
+}
+
+// The whole layer: inputs x, input_norm, post_norm, q, k, v, o, gate, up, down (QLinear each),
+// [q_norm, k_norm], keys, values; outputs h, keys, values.
+class DecoderLayerPrim : public mx::Primitive {
+ public:
+  DecoderLayerPrim(mx::Stream s, const DecoderLayerSpec& spec, int offset, bool in_place,
+                   const DecoderLayerWeights& w, Isa isa, Int8Mode int8)
+      : mx::Primitive(s),
+        spec_(spec),
+        offset_(offset),
+        in_place_(in_place),
+        q_(w.q),
+        k_(w.k),
+        v_(w.v),
+        o_(w.o),
+        g_(w.gate),
+        u_(w.up),
+        d_(w.down),
+        isa_(isa),
+        int8_(int8) {}
+
+  void eval_cpu(const std::vector<mx::array>& in, std::vector<mx::array>& out) override {
+    auto& enc = mx::cpu::get_command_encoder(stream());
+    out[0].set_data(mx::allocator::malloc(out[0].nbytes()));
+    // The cache buffers: written where they lie when the cache vouches that no array of them
+    // has left it (MLX's is_donatable cannot tell: each of the three outputs holds the inputs),
+    // else copied first.
+    bool copy[2] = {false, false};
+    for (int t = 0; t < 2; ++t) {
+      const mx::array& buf = in[in.size() - 2 + t];
+      check(buf.flags().row_contiguous, "decoder_layer", "the cache buffers must be contiguous");
+      if (in_place_ && buf.data_shared_ptr().use_count() == 1 &&
+          buf.data_shared_ptr()->is_owned()) {
+        out[1 + t].copy_shared_buffer(buf);
+      } else {
+        out[1 + t].set_data(mx::allocator::malloc(out[1 + t].nbytes()));
+        copy[t] = true;
+      }
+    }
+    size_t i = 3;
+    Layer q = take(in, i, q_), k = take(in, i, k_), v = take(in, i, v_), o = take(in, i, o_),
+          g = take(in, i, g_), u = take(in, i, u_), d = take(in, i, d_);
+    std::vector<mx::array> ins, outs;
+    for (const auto& a : in) ins.push_back(mx::array::unsafe_weak_copy(a));
+    for (const auto& a : out) outs.push_back(mx::array::unsafe_weak_copy(a));
+    enc.dispatch([spec = spec_, offset = offset_, isa = isa_, int8 = int8_, q = std::move(q),
+                  k = std::move(k), v = std::move(v), o = std::move(o), g = std::move(g),
+                  u = std::move(u), d = std::move(d), ins = std::move(ins), outs = std::move(outs),
+                  copy0 = copy[0], copy1 = copy[1]]() mutable {
+      const mx::array& x = ins[0];
+      const int B = x.shape(0), L = x.shape(1), D = x.shape(2), M = B * L;
+      const QkvSpec& qs = spec.qkv;
+      const int hd = qs.head_dim;
+      mx::array& kbuf = outs[1];
+      mx::array& vbuf = outs[2];
+      const size_t n = ins.size();
+      if (copy0) std::memcpy(kbuf.data<char>(), ins[n - 2].data<char>(), kbuf.nbytes());
+      if (copy1) std::memcpy(vbuf.data<char>(), ins[n - 1].data<char>(), vbuf.nbytes());
+      std::vector<float> h = f32(x), nw = f32(ins[1]), pw = f32(ins[2]), hn[2];
+      const float* head_norm[2] = {nullptr, nullptr};
+      if (qs.qk_norm_eps)
+        for (int t = 0; t < 2; ++t) {
+          hn[t] = f32(ins[n - 4 + t]);
+          head_norm[t] = hn[t].data();
+        }
+      std::vector<float> y[3];
+      qkv_f32(qs, offset, q, k, v, h.data(), nw.data(), qs.qk_norm_eps ? head_norm : nullptr, B, L,
+              D, isa, int8, y);
+      // The rounding the layer's separate primitives apply to q and to the attention output.
+      round_to(x.dtype(), y[0].data(), y[0].size());
+      write_rows_as(y[1].data(), B, qs.n_kv_heads, L, hd, offset, kbuf);
+      write_rows_as(y[2].data(), B, qs.n_kv_heads, L, hd, offset, vbuf);
+      std::vector<float> attn(static_cast<size_t>(M) * qs.n_heads * hd);
+      attention_f32(y[0].data(), B, qs.n_heads, L, hd, kbuf, vbuf, offset + L, spec.attn_scale, isa,
+                    attn.data());
+      round_to(x.dtype(), attn.data(), attn.size());
+      out_mlp_f32(h.data(), attn.data(), M, D, pw.data(), spec.mlp_norm_eps, o, g, u, d, isa, int8);
+      from_f32(h.data(), outs[0]);
+    });
+  }
+
+  void eval_gpu(const std::vector<mx::array>&, std::vector<mx::array>&) override {
+    fail("decoder_layer", "the L3 CPU kernel has no GPU implementation");
+  }
+  const char* name() const override { return "LmxDecoderLayer"; }
+
+ private:
+  DecoderLayerSpec spec_;
+  int offset_;
+  bool in_place_;
+  QLinear q_, k_, v_, o_, g_, u_, d_;  // layouts only; the arrays are the inputs
+  Isa isa_;
+  Int8Mode int8_;
+};
+
 void check_linear(const QLinear& l, int in, const char* where) {
   check(supports(l.bits, l.group_size, "affine", l.scales.dtype()) && l.w.ndim() == 2 &&
             l.w.shape(1) * 32 / l.bits == in,
@@ -504,6 +631,44 @@ mx::array out_proj_mlp(const mx::array& h, const mx::array& attn, const QLinear&
   auto prim = std::make_shared<OutProjMlp>(mx::default_stream(mx::Device::cpu), norm_eps, o, gate,
                                            up, down, active_isa(), int8_mode());
   return mx::array(h.shape(), h.dtype(), prim, in);
+}
+
+std::vector<mx::array> decoder_layer(const mx::array& x, const mx::array& keys,
+                                     const mx::array& values, int offset,
+                                     const DecoderLayerWeights& w, const DecoderLayerSpec& spec,
+                                     bool in_place) {
+  const char* where = "decoder_layer";
+  const QkvSpec& qs = spec.qkv;
+  check(qs.qk_norm_eps.has_value() == w.qk_norm.has_value(), where,
+        "q/k head norms need both the weights and qk_norm_eps");
+  check(x.ndim() == 3, where, "expected x (B, L, D), got ", x.ndim(), " dims");
+  const int B = x.shape(0), L = x.shape(1), D = x.shape(2), hd = qs.head_dim;
+  for (const QLinear* l : {&w.q, &w.k, &w.v}) check_linear(*l, D, where);
+  check(w.q.w.shape(0) == qs.n_heads * hd && w.k.w.shape(0) == qs.n_kv_heads * hd &&
+            w.v.w.shape(0) == qs.n_kv_heads * hd && qs.rope.dims <= hd && hd <= kAttnMaxD &&
+            qs.n_kv_heads > 0 && qs.n_heads % qs.n_kv_heads == 0,
+        where, "projection sizes do not match ", qs.n_heads, " / ", qs.n_kv_heads, " heads of ",
+        hd);
+  check_linear(w.o, qs.n_heads * hd, where);
+  check_linear(w.gate, D, where);
+  check_linear(w.up, D, where);
+  check_linear(w.down, w.gate.w.shape(0), where);
+  check(w.o.w.shape(0) == D && w.down.w.shape(0) == D && w.up.w.shape(0) == w.gate.w.shape(0) &&
+            !w.o.bias && !w.gate.bias && !w.up.bias && !w.down.bias,
+        where, "expected bias-free projections back to ", D, " features");
+  const mx::Shape buf{B, qs.n_kv_heads, keys.ndim() == 4 ? keys.shape(2) : 0, hd};
+  check(keys.shape() == buf && values.shape() == buf && offset >= 0 && offset + L <= buf[2] &&
+            keys.dtype() == x.dtype() && values.dtype() == x.dtype(),
+        where, "expected cache buffers (", B, ", ", qs.n_kv_heads, ", >= ", offset + L, ", ", hd,
+        ") of x's dtype");
+  std::vector<mx::array> in = {x, w.input_norm, w.post_norm};
+  for (const QLinear* l : {&w.q, &w.k, &w.v, &w.o, &w.gate, &w.up, &w.down}) push(in, *l);
+  if (w.qk_norm) in.insert(in.end(), {w.qk_norm->q, w.qk_norm->k});
+  in.insert(in.end(), {keys, values});
+  auto prim = std::make_shared<DecoderLayerPrim>(mx::default_stream(mx::Device::cpu), spec, offset,
+                                                 in_place, w, active_isa(), int8_mode());
+  return mx::array::make_arrays({x.shape(), keys.shape(), values.shape()},
+                                {x.dtype(), keys.dtype(), values.dtype()}, prim, in);
 }
 
 }  // namespace lmx::kernels::cpu

@@ -54,6 +54,33 @@ mx::array out_proj_mlp(const mx::array& h, const mx::array& attn, const QLinear&
                        const mx::array& norm_weight, float norm_eps, const QLinear& gate,
                        const QLinear& up, const QLinear& down);
 
+struct DecoderLayerWeights {
+  mx::array input_norm;
+  QLinear q, k, v;
+  std::optional<QkNorm> qk_norm;
+  QLinear o;
+  mx::array post_norm;
+  QLinear gate, up, down;
+};
+
+struct DecoderLayerSpec {
+  QkvSpec qkv;
+  float attn_scale = 1.0f;
+  float mlp_norm_eps = 1e-5f;
+};
+
+// A whole dense decoder layer as one primitive, over a plain KV cache: norm_qkv_rope, K and V
+// written into rows [offset, offset + L) of the cache buffers keys, values (B, n_kv_heads,
+// capacity, head_dim) of x's dtype, causal attention over rows [0, offset + L), out_proj_mlp.
+// Returns {h (B, L, D), keys, values}: the buffers with the new rows. in_place: the caller (the
+// KV cache) vouches that no other array shares keys' and values' memory, and the outputs share
+// it (as MLX's slice_update on a donated buffer); otherwise they are copies. The same
+// arithmetic, in the same order, as the three primitives composed with a slice_update.
+std::vector<mx::array> decoder_layer(const mx::array& x, const mx::array& keys,
+                                     const mx::array& values, int offset,
+                                     const DecoderLayerWeights& w, const DecoderLayerSpec& spec,
+                                     bool in_place = false);
+
 // Causal attention, bottom-right aligned (query l of L sees keys 0 .. S - L + l), of q (B, Hq, L,
 // D) against k, v (B, Hkv, S, D) with a unit-stride last axis (a KV cache's view); Hq / Hkv
 // query heads share each KV head; D <= 256. Returns (B, L, Hq * D), the heads merged, in q's
