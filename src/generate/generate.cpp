@@ -6,6 +6,7 @@
 #include "cache/quantized_kv_cache.h"
 #include "constrain/token_constraint.h"
 #include "core/error.h"
+#include "kernels/cpu/log_softmax.h"
 
 namespace lmx {
 
@@ -76,7 +77,10 @@ std::pair<mx::array, mx::array> TokenGenerator::step(const mx::array& input, boo
     logits = constrain::apply_constraint(logits, *opt_.constraint);
   }
   maybe_quantize_kv_cache(cache_, opt_);
-  mx::array logprobs = mx::subtract(logits, mx::logsumexp(logits, -1, /*keepdims=*/true));
+  // mlx-lm's logits - logsumexp(logits); tier L3 takes its vectorized, threaded kernel.
+  mx::array logprobs = model_.cpu_kernels()
+                           ? kernels::cpu::log_softmax(logits)
+                           : mx::subtract(logits, mx::logsumexp(logits, -1, /*keepdims=*/true));
   mx::array sampled = sample(logprobs, opt_.sampler);
   return {sampled, mx::squeeze(logprobs, 0)};
 }

@@ -214,6 +214,7 @@ LoadedWeights load_model(const fs::path& dir, const LoadOptions& options,
   out.cpu_kernels = store.cpu_kernels();
   try {
     out.model = arch->build(config, store);
+    out.model->set_cpu_kernels(out.cpu_kernels);
   } catch (const json::exception& e) {
     fail(source, "invalid config: ", e.what());
   }

@@ -104,6 +104,9 @@ class Model {
   // Records hidden states into `tap` on every forward until reset with nullptr. Every model in
   // src/models supports it.
   void set_hidden_tap(HiddenTap* tap) { tap_ = tap; }
+  // Tier L3 (lmx's CPU kernels), set by load_model: the token loop takes its log_softmax too.
+  void set_cpu_kernels(bool on) { cpu_kernels_ = on; }
+  bool cpu_kernels() const { return cpu_kernels_; }
   // tokens: (B, L) int32 -> logits (B, L, vocab).
   virtual mx::array operator()(const mx::array& tokens, Cache& cache) = 0;
   // Hidden states after the final norm, (B, L, hidden); used by embeddings.
@@ -113,6 +116,9 @@ class Model {
 
  protected:
   HiddenTap* tap_ = nullptr;
+
+ private:
+  bool cpu_kernels_ = false;
 };
 
 struct ModelInfo {

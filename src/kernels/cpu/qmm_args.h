@@ -87,9 +87,14 @@ struct QmmI8Kernel {
 QmmI8Kernel kernels_i8_avx512vnni();  // empty when not built for x86-64
 QmmI8Kernel kernels_i8_avxvnni();     // empty when not built for x86-64
 
+// The largest of x[0 .. n) (-inf for n = 0) and the sum of exp(x - max) over them (0 when the
+// max is -inf), summed lane-wise then across lanes: the same order for the same n.
+using MaxExpSumFn = void (*)(const float* x, int n, float* max, float* sum);
+
 struct IsaKernels {
   QmmRowsFn qmm_rows = nullptr;
   AttnGroupFn attn_group = nullptr;
+  MaxExpSumFn max_exp_sum = nullptr;
 };
 
 IsaKernels kernels_generic();

@@ -6,7 +6,7 @@
 #include "kernels/cpu/qmm_kernel.h"
 
 namespace lmx::kernels::cpu {
-IsaKernels kernels_avx2() { return {&avx2::qmm_rows, &avx2::attn_group}; }
+IsaKernels kernels_avx2() { return {&avx2::qmm_rows, &avx2::attn_group, &avx2::max_exp_sum}; }
 }  // namespace lmx::kernels::cpu
 #else
 namespace lmx::kernels::cpu {

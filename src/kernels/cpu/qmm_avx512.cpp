@@ -6,7 +6,9 @@
 #include "kernels/cpu/qmm_kernel.h"
 
 namespace lmx::kernels::cpu {
-IsaKernels kernels_avx512() { return {&avx512::qmm_rows, &avx512::attn_group}; }
+IsaKernels kernels_avx512() {
+  return {&avx512::qmm_rows, &avx512::attn_group, &avx512::max_exp_sum};
+}
 }  // namespace lmx::kernels::cpu
 #else
 namespace lmx::kernels::cpu {

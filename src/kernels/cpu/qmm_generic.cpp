@@ -3,5 +3,7 @@
 #include "kernels/cpu/qmm_kernel.h"
 
 namespace lmx::kernels::cpu {
-IsaKernels kernels_generic() { return {&generic::qmm_rows, &generic::attn_group}; }
+IsaKernels kernels_generic() {
+  return {&generic::qmm_rows, &generic::attn_group, &generic::max_exp_sum};
+}
 }  // namespace lmx::kernels::cpu

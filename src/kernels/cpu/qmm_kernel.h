@@ -308,6 +308,48 @@ inline float hmax(vf v) {
   return m;
 }
 
+// MaxExpSumFn: four vectors a step, each with its own accumulators, then single vectors, then
+// the tail in one vector.
+inline void max_exp_sum(const float* x, int n, float* max_out, float* sum_out) {
+  constexpr int kStep = 4 * kLanes;
+  const float neg_inf = -__builtin_inff();
+  vf vm[4] = {vf{} + neg_inf, vf{} + neg_inf, vf{} + neg_inf, vf{} + neg_inf};
+  int i = 0;
+  for (; i + kStep <= n; i += kStep)
+    for (int j = 0; j < 4; ++j) {
+      const vf v = load(x + i + j * kLanes);
+      vm[j] = v > vm[j] ? v : vm[j];
+    }
+  for (; i + kLanes <= n; i += kLanes) {
+    const vf v = load(x + i);
+    vm[0] = v > vm[0] ? v : vm[0];
+  }
+  float m = neg_inf;
+  for (int j = 0; j < 4; ++j) m = hmax(vm[j]) > m ? hmax(vm[j]) : m;
+  for (int t = i; t < n; ++t) m = x[t] > m ? x[t] : m;
+  *max_out = m;
+  if (m == neg_inf) {  // nothing, or only -inf: exp(x - m) is taken as 0
+    *sum_out = 0.0f;
+    return;
+  }
+  const vf mv = vf{} + m;
+  vf acc[4] = {};
+  for (i = 0; i + kStep <= n; i += kStep)
+    for (int j = 0; j < 4; ++j) acc[j] += vexp(load(x + i + j * kLanes) - mv);
+  for (; i + kLanes <= n; i += kLanes) acc[0] += vexp(load(x + i) - mv);
+  const vf all = (acc[0] + acc[1]) + (acc[2] + acc[3]);
+  float s = 0.0f;
+  for (int l = 0; l < kLanes; ++l) s += all[l];
+  if (i < n) {
+    // The tail through the same vexp, its unused lanes at -inf (exp 0).
+    vf tv;
+    for (int l = 0; l < kLanes; ++l) tv[l] = l < n - i ? x[i + l] : neg_inf;
+    const vf e = vexp(tv - mv);
+    for (int l = 0; l < n - i; ++l) s += e[l];
+  }
+  *sum_out = s;
+}
+
 inline vf splat(float x) { return x - vf{}; }  // x - 0 is exact (x + 0 is not, for -0)
 
 // Key rows [s0, s1) of AttnArgs rows [g0, g0 + G): per row its max score m, l = sum exp(score -
