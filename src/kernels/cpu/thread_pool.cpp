@@ -28,8 +28,8 @@ int configured_threads() {
 
 class Pool {
  public:
-  explicit Pool(int n) : size_(n) {
-    for (int i = 1; i < n; ++i) workers_.emplace_back([this] { work(); });
+  explicit Pool(int n) : size_(n), slots_(n) {
+    for (int i = 1; i < n; ++i) workers_.emplace_back([this, i] { work(i); });
   }
   ~Pool() {
     {
@@ -52,13 +52,16 @@ class Pool {
       done_cv_.wait(lk, [&] { return active_ == 0; });  // a late joiner of the previous call
       fn_ = &fn;
       n_tasks_ = n_tasks;
-      next_.store(0);
+      for (int p = 0; p < size_; ++p) {
+        slots_[p].next.store(static_cast<int>(static_cast<long>(n_tasks) * p / size_));
+        slots_[p].end = static_cast<int>(static_cast<long>(n_tasks) * (p + 1) / size_);
+      }
       done_.store(0);
       ++generation_;
       published_.store(generation_, std::memory_order_release);
     }
     cv_.notify_all();
-    drain(&fn, n_tasks);
+    drain(&fn, n_tasks, 0);
     // Spin briefly (the tasks are short), then sleep until the workers finish.
     for (int spin = 0; spin < 20000 && done_.load(std::memory_order_acquire) < n_tasks; ++spin) {
 #if defined(__x86_64__)
@@ -72,18 +75,24 @@ class Pool {
   }
 
  private:
-  void drain(const std::function<void(int)>* fn, int n) {
+  // Participant p runs the tasks of its own contiguous range first, in order, then those left in
+  // the others' ranges: each thread streams adjacent weight rows, so the prefetch of the rows
+  // after a task's last block serves the same thread's next task.
+  void drain(const std::function<void(int)>* fn, int n, int p) {
     if (!fn) return;
-    for (int i; (i = next_.fetch_add(1)) < n;) {
-      (*fn)(i);
-      if (done_.fetch_add(1, std::memory_order_acq_rel) + 1 == n) {
-        std::lock_guard<std::mutex> lk(mu_);
-        done_cv_.notify_all();
+    for (int q = 0; q < size_; ++q) {
+      Slot& s = slots_[(p + q) % size_];
+      for (int i; (i = s.next.fetch_add(1)) < s.end;) {
+        (*fn)(i);
+        if (done_.fetch_add(1, std::memory_order_acq_rel) + 1 == n) {
+          std::lock_guard<std::mutex> lk(mu_);
+          done_cv_.notify_all();
+        }
       }
     }
   }
 
-  void work() {
+  void work(int p) {
     unsigned long seen = 0;
     const std::function<void(int)>* fn = nullptr;
     int n = 0;
@@ -108,7 +117,7 @@ class Pool {
         n = n_tasks_;
         ++active_;
       }
-      drain(fn, n);
+      drain(fn, n, p);
       std::lock_guard<std::mutex> lk(mu_);
       if (--active_ == 0) done_cv_.notify_all();
     }
@@ -121,7 +130,13 @@ class Pool {
   const std::function<void(int)>* fn_ = nullptr;
   int n_tasks_ = 0;
   int active_ = 0;  // workers inside the current call
-  std::atomic<int> next_{0}, done_{0};
+  // One per participant (the caller is 0), each on its own cache line.
+  struct alignas(64) Slot {
+    std::atomic<int> next{0};
+    int end = 0;
+  };
+  std::vector<Slot> slots_;
+  std::atomic<int> done_{0};
   unsigned long generation_ = 0;
   std::atomic<unsigned long> published_{0};  // generation_, readable without the lock
   bool stop_ = false;
