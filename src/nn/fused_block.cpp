@@ -45,7 +45,10 @@ std::optional<mx::array> DecoderBlock::fused(const mx::array& x, const Mask& mas
     // A plain cache returns keys in position order, so the causal mask needs no array: the
     // whole layer, cache write included, is one primitive.
     const int B = x.shape(0), L = x.shape(1), H = a.opt.n_kv_heads, hd = a.opt.head_dim;
-    auto buf = kv->reserve(B, H, hd, hd, x.dtype(), L);
+    // float32 activations keep K and V as float16, as llama.cpp's default cache does: half the
+    // bytes attention streams a token (docs/cpu.md).
+    const mx::Dtype kv_dtype = x.dtype() == mx::float32 ? mx::float16 : x.dtype();
+    auto buf = kv->reserve(B, H, hd, hd, kv_dtype, L);
     kernels::cpu::DecoderLayerWeights w{input_layernorm.weight,
                                         qlinear(a.q_proj),
                                         qlinear(a.k_proj),

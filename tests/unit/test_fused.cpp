@@ -95,7 +95,10 @@ TEST(DecoderLayer, MatchesTheComposedPrimitives) {
   kc::DecoderLayerSpec spec;
   spec.qkv = {Hq, Hkv, hd, 1e-5f, {hd, false, 10000.0f, 1.0f}, std::nullopt};
   spec.attn_scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  for (mx::Dtype dt : {mx::float32, mx::bfloat16}) {
+  // (activation dtype, cache dtype): L3 keeps float32 models' K and V as float16.
+  const std::vector<std::pair<mx::Dtype, mx::Dtype>> dtypes = {
+      {mx::float32, mx::float32}, {mx::bfloat16, mx::bfloat16}, {mx::float32, mx::float16}};
+  for (auto [dt, cdt] : dtypes) {
     KVCache fused, composed;
     uint64_t seed = 100;
     const void* prev = nullptr;  // the keys buffer after the previous step
@@ -110,18 +113,20 @@ TEST(DecoderLayer, MatchesTheComposedPrimitives) {
       std::vector<mx::array> out;
       bool in_place = false;
       {
-        auto buf = fused.reserve(1, Hkv, hd, hd, dt, L);
+        auto buf = fused.reserve(1, Hkv, hd, hd, cdt, L);
         in_place = buf.in_place;
         out = kc::decoder_layer(x, buf.keys, buf.values, offset, w, spec, buf.in_place);
       }
       fused.commit(out[1], out[2], L);
       auto qkv = kc::norm_qkv_rope(x, w.input_norm, w.q, w.k, w.v, spec.qkv, offset);
-      auto [keys, values] = composed.update_and_fetch(qkv[1], qkv[2]);
+      auto [keys, values] =
+          composed.update_and_fetch(mx::astype(qkv[1], cdt), mx::astype(qkv[2], cdt));
       mx::array attn = kc::causal_attention(qkv[0], keys, values, spec.attn_scale);
       mx::array want =
           kc::out_proj_mlp(x, attn, w.o, w.post_norm, spec.mlp_norm_eps, w.gate, w.up, w.down);
       mx::eval({out[0], out[1], want});
-      EXPECT_TRUE(mx::array_equal(out[0], want).item<bool>()) << "L=" << L << " " << dt;
+      EXPECT_EQ(out[1].dtype(), cdt);
+      EXPECT_TRUE(mx::array_equal(out[0], want).item<bool>()) << "L=" << L << " " << dt << cdt;
       // Fresh buffers and the cache's own are written where they lie; step 3, after the cache
       // handed its arrays out (state()), must not: the arrays held since keep their contents.
       EXPECT_EQ(in_place, i != 3) << "step " << i;
@@ -173,6 +178,10 @@ TEST(DecoderLayer, BadCacheBuffersAreErrors) {
   EXPECT_THROW(kc::decoder_layer(x, wrong, wrong, 0, w, spec), Error);
   mx::array ok = mx::zeros({1, 2, 8, 32});
   EXPECT_THROW(kc::decoder_layer(x, ok, ok, 6, w, spec), Error);  // offset 6 + 4 rows > 8
+  mx::array half = mx::zeros({1, 2, 8, 32}, mx::float16);
+  EXPECT_THROW(kc::decoder_layer(x, half, ok, 0, w, spec), Error);  // keys and values differ
+  mx::array ints = mx::zeros({1, 2, 8, 32}, mx::int32);
+  EXPECT_THROW(kc::decoder_layer(x, ints, ints, 0, w, spec), Error);
 }
 
 }  // namespace

@@ -658,9 +658,11 @@ std::vector<mx::array> decoder_layer(const mx::array& x, const mx::array& keys,
         where, "expected bias-free projections back to ", D, " features");
   const mx::Shape buf{B, qs.n_kv_heads, keys.ndim() == 4 ? keys.shape(2) : 0, hd};
   check(keys.shape() == buf && values.shape() == buf && offset >= 0 && offset + L <= buf[2] &&
-            keys.dtype() == x.dtype() && values.dtype() == x.dtype(),
+            keys.dtype() == values.dtype() &&
+            (keys.dtype() == mx::float32 || keys.dtype() == mx::bfloat16 ||
+             keys.dtype() == mx::float16),
         where, "expected cache buffers (", B, ", ", qs.n_kv_heads, ", >= ", offset + L, ", ", hd,
-        ") of x's dtype");
+        ") of one float dtype");
   std::vector<mx::array> in = {x, w.input_norm, w.post_norm};
   for (const QLinear* l : {&w.q, &w.k, &w.v, &w.o, &w.gate, &w.up, &w.down}) push(in, *l);
   if (w.qk_norm) in.insert(in.end(), {w.qk_norm->q, w.qk_norm->k});

@@ -71,7 +71,8 @@ struct DecoderLayerSpec {
 
 // A whole dense decoder layer as one primitive, over a plain KV cache: norm_qkv_rope, K and V
 // written into rows [offset, offset + L) of the cache buffers keys, values (B, n_kv_heads,
-// capacity, head_dim) of x's dtype, causal attention over rows [0, offset + L), out_proj_mlp.
+// capacity, head_dim) of one float dtype (x's, or float16 under float32 x: the rounding is the
+// cache's), causal attention over rows [0, offset + L), out_proj_mlp.
 // Returns {h (B, L, D), keys, values}: the buffers with the new rows. in_place: the caller (the
 // KV cache) vouches that no other array shares keys' and values' memory, and the outputs share
 // it (as MLX's slice_update on a donated buffer); otherwise they are copies. The same
