@@ -8,11 +8,13 @@ prompt (prefill) tok/s, decode tok/s, each process's peak RSS (wait4), the load 
 each run, and ratios against llama.cpp (--threads) as a Markdown table; lmx with one pool thread,
 lmx with its int8-activation path off (LMX_CPU_INT8=0) and llama.cpp with one thread are extra
 rows (on a shared machine, spinning threads lose). --repeat R runs the whole sequence R times and
-reports each row's median (and the range of the load averages before its runs). Every runtime
+reports each row's median (and the range of the load averages before its runs); --slow-repeat S
+runs the two stock-MLX rows (lmx --exact, mlx-lm: ~10 tok/s, not in the head-to-head) in the
+first S sequences only. Every runtime
 decodes after a prompt of -p tokens (llama-bench -d), and prefills from an empty context.
 
 usage: compare_cpu.py --model DIR [--gguf FILE --llama-bench PATH] [--lmx build/lmx]
-                      [-p 512] [-g 128] [-n 3] [-t 2] [--repeat 1]
+                      [-p 512] [-g 128] [-n 3] [-t 2] [--repeat 1] [--slow-repeat R]
 """
 import argparse
 import json
@@ -84,6 +86,8 @@ def main():
     ap.add_argument("-n", "--num-trials", type=int, default=3)
     ap.add_argument("-t", "--threads", type=int, default=2)
     ap.add_argument("--repeat", type=int, default=1, help="sequences to run; rows give medians")
+    ap.add_argument("--slow-repeat", type=int, help="sequences that run the stock-MLX rows "
+                    "(default: all)")
     a = ap.parse_args()
 
     configs = [
@@ -106,10 +110,13 @@ def main():
         ("llama.cpp", lambda: llama_cpp(a.llama_bench, a.gguf, a.prompt_tokens,
                                         a.generation_tokens, a.num_trials, a.threads)),
     ]
+    slow = {"lmx --exact", "mlx-lm"}
     samples = {}
     for rep in range(a.repeat):
         for name, fn in configs:
             if name.startswith("llama.cpp") and not (a.llama_bench and a.gguf):
+                continue
+            if name in slow and a.slow_repeat is not None and rep >= a.slow_repeat:
                 continue
             load = os.getloadavg()[0]
             r = fn()
@@ -136,7 +143,9 @@ def main():
     vs = ref["name"]
     print(f"machine: {cpu}, {os.cpu_count()} cores; prompt {a.prompt_tokens} tokens, decode "
           f"{a.generation_tokens} tokens, {a.num_trials} trials (lmx and mlx-lm after a warm-up); "
-          f"median of {a.repeat} sequence(s)\n")
+          f"median of {a.repeat} sequence(s)" +
+          (f", the stock-MLX rows of {min(a.slow_repeat, a.repeat)}" if a.slow_repeat is not None
+           else "") + "\n")
     # On a loaded 2-core machine llama.cpp's 1-thread row is its better one: ratios to it too.
     one = next((r for r in runs if r["name"] == "llama.cpp, 1 thread"), None)
     extra = " decode / llama.cpp 1 thread |" if one else ""
