@@ -232,6 +232,21 @@ bool uses_int8(const QWeight& w, int M, Isa isa, Int8Mode int8) {
 // the result does not depend on the thread count or the task size.
 int rows_per_task(int N, int M) { return M <= 4 && N >= 1024 ? 64 : 16; }
 
+// The weight and output fields QmmArgs and QmmI8Args share.
+template <typename Args>
+void set_weight(Args& a, const QWeight& w, int M, float* out) {
+  a.w = w.w;
+  a.scales = w.scales;
+  a.biases = w.biases;
+  a.scale_type = w.scale_type;
+  a.out = out;
+  a.M = M;
+  a.N = w.N;
+  a.K = w.K;
+  a.group_size = w.group_size;
+  a.bits = w.bits;
+}
+
 // fn(i, n0, n1) for rows [n0, n1) of weight i, every row of every weight, as one parallel_for.
 template <typename Fn>
 void for_rows(int n, const QWeight* ws, int M, const Fn& fn) {
@@ -262,19 +277,10 @@ void qmm_i8(int n, const QWeight* ws, const float* x, int M, float* const* outs,
   std::vector<QmmI8Args> args(n);
   for (int i = 0; i < n; ++i) {
     QmmI8Args& a = args[i];
+    set_weight(a, ws[i], M, outs[i]);
     a.xq = xq.q.data();
     a.xd = xq.d.data();
     a.xsum = xq.sum.data();
-    a.w = ws[i].w;
-    a.scales = ws[i].scales;
-    a.biases = ws[i].biases;
-    a.scale_type = ws[i].scale_type;
-    a.out = outs[i];
-    a.M = M;
-    a.N = ws[i].N;
-    a.K = w.K;
-    a.group_size = w.group_size;
-    a.bits = w.bits;
   }
   for_rows(n, ws, M, [&](int i, int n0, int n1) {
     thread_local std::vector<float> sbuf;
@@ -300,16 +306,7 @@ void qmm_float(int n, const QWeight* ws, const float* x, int M, float* const* ou
   std::vector<QmmArgs> args(n);
   for (int i = 0; i < n; ++i) {
     QmmArgs& a = args[i];
-    a.w = ws[i].w;
-    a.scales = ws[i].scales;
-    a.biases = ws[i].biases;
-    a.scale_type = ws[i].scale_type;
-    a.out = outs[i];
-    a.M = M;
-    a.N = ws[i].N;
-    a.K = w.K;
-    a.group_size = w.group_size;
-    a.bits = w.bits;
+    set_weight(a, ws[i], M, outs[i]);
     a.x = w.bits == 4 ? perm.data() : x;
   }
   for_rows(n, ws, M, [&](int i, int n0, int n1) {

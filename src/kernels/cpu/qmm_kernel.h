@@ -453,34 +453,12 @@ inline void attn_pass(const AttnArgs& a, int g0) {
 
 template <ScaleType T>
 inline void attn_all(const AttnArgs& a) {
-  for (int g0 = 0; g0 < a.G; g0 += kAttnRows) {
-    switch (a.G - g0 < kAttnRows ? a.G - g0 : kAttnRows) {
-      case 1:
-        attn_pass<T, 1>(a, g0);
-        break;
-      case 2:
-        attn_pass<T, 2>(a, g0);
-        break;
-      case 3:
-        attn_pass<T, 3>(a, g0);
-        break;
-      case 4:
-        attn_pass<T, 4>(a, g0);
-        break;
-      case 5:
-        attn_pass<T, 5>(a, g0);
-        break;
-      case 6:
-        attn_pass<T, 6>(a, g0);
-        break;
-      case 7:
-        attn_pass<T, 7>(a, g0);
-        break;
-      default:
-        attn_pass<T, 8>(a, g0);
-        break;
-    }
-  }
+  using Pass = void (*)(const AttnArgs&, int);
+  static constexpr Pass kPasses[kAttnRows] = {attn_pass<T, 1>, attn_pass<T, 2>, attn_pass<T, 3>,
+                                              attn_pass<T, 4>, attn_pass<T, 5>, attn_pass<T, 6>,
+                                              attn_pass<T, 7>, attn_pass<T, 8>};
+  for (int g0 = 0; g0 < a.G; g0 += kAttnRows)
+    kPasses[(a.G - g0 < kAttnRows ? a.G - g0 : kAttnRows) - 1](a, g0);
 }
 
 inline void attn_group(const AttnArgs& a) {
