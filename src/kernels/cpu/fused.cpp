@@ -17,6 +17,15 @@ namespace lmx::kernels::cpu {
 
 namespace {
 
+// Copies for a dispatched task that add no references, as MLX's own CPU ops capture their
+// arrays: MLX's eval keeps the buffers of a primitive's inputs and outputs until the task ran.
+std::vector<mx::array> weak_copies(const std::vector<mx::array>& arrays) {
+  std::vector<mx::array> out;
+  out.reserve(arrays.size());
+  for (const auto& a : arrays) out.push_back(mx::array::unsafe_weak_copy(a));
+  return out;
+}
+
 // Inputs of one QLinear inside a primitive's input list: w, scales, biases[, bias].
 void push(std::vector<mx::array>& in, const QLinear& l) {
   in.insert(in.end(), {l.w, l.scales, l.biases});
@@ -109,7 +118,7 @@ void rope(float* x, const RopeTable& t, int l, const RopeSpec& r) {
   for (int i = 0; i < half; ++i) {
     const float c = t.cos[static_cast<size_t>(l) * half + i];
     const float s = t.sin[static_cast<size_t>(l) * half + i];
-    float& a = r.traditional ? x[2 * i] : x[i];
+    float& a = r.traditional ? x[2L * i] : x[i];
     float& b = r.traditional ? x[2 * i + 1] : x[i + half];
     const float x1 = a, x2 = b;
     a = x1 * c - x2 * s;
@@ -139,7 +148,8 @@ void qkv_f32(const QkvSpec& spec, int offset, const Layer& q, const Layer& k, co
       for (int l = 0; l < L; ++l)
         for (int h = 0; h < H; ++h) {
           float* dst = out[t].data() + ((static_cast<int64_t>(b) * H + h) * L + l) * hd;
-          const float* src = y[t].data() + (static_cast<int64_t>(b) * L + l) * N + h * hd;
+          const float* src =
+              y[t].data() + (static_cast<int64_t>(b) * L + l) * N + static_cast<int64_t>(h) * hd;
           std::copy(src, src + hd, dst);
           if (t < 2 && head_norm) rms_norm(dst, head_norm[t], 1, hd, *spec.qk_norm_eps, dst);
           if (t < 2) rope(dst, table, l, spec.rope);
@@ -165,8 +175,8 @@ void out_mlp_f32(float* h, const float* attn, int M, int D, const float* norm_w,
 
 class NormQkvRope : public mx::Primitive {
  public:
-  NormQkvRope(mx::Stream s, QkvSpec spec, int offset, QLinear q, QLinear k, QLinear v, Isa isa,
-              Int8Mode int8)
+  NormQkvRope(mx::Stream s, const QkvSpec& spec, int offset, const QLinear& q, const QLinear& k,
+              const QLinear& v, Isa isa, Int8Mode int8)
       : mx::Primitive(s),
         spec_(spec),
         offset_(offset),
@@ -181,9 +191,7 @@ class NormQkvRope : public mx::Primitive {
     auto& enc = mx::cpu::get_command_encoder(stream());
     size_t i = 2;
     Layer q = take(in, i, q_), k = take(in, i, k_), v = take(in, i, v_);
-    std::vector<mx::array> ins, outs;
-    for (const auto& a : in) ins.push_back(mx::array::unsafe_weak_copy(a));
-    for (const auto& a : out) outs.push_back(mx::array::unsafe_weak_copy(a));
+    std::vector<mx::array> ins = weak_copies(in), outs = weak_copies(out);
     // The task may outlive this primitive: it captures values only.
     enc.dispatch([spec = spec_, offset = offset_, isa = isa_, int8 = int8_, q = std::move(q),
                   k = std::move(k), v = std::move(v), ins = std::move(ins),
@@ -219,8 +227,8 @@ class NormQkvRope : public mx::Primitive {
 
 class OutProjMlp : public mx::UnaryPrimitive {
  public:
-  OutProjMlp(mx::Stream s, float eps, QLinear o, QLinear gate, QLinear up, QLinear down, Isa isa,
-             Int8Mode int8)
+  OutProjMlp(mx::Stream s, float eps, const QLinear& o, const QLinear& gate, const QLinear& up,
+             const QLinear& down, Isa isa, Int8Mode int8)
       : mx::UnaryPrimitive(s),
         eps_(eps),
         o_(o),
@@ -235,8 +243,7 @@ class OutProjMlp : public mx::UnaryPrimitive {
     auto& enc = mx::cpu::get_command_encoder(stream());
     size_t i = 3;
     Layer o = take(in, i, o_), g = take(in, i, gate_), u = take(in, i, up_), d = take(in, i, down_);
-    std::vector<mx::array> ins;
-    for (const auto& a : in) ins.push_back(mx::array::unsafe_weak_copy(a));
+    std::vector<mx::array> ins = weak_copies(in);
     enc.dispatch([eps = eps_, isa = isa_, int8 = int8_, o = std::move(o), g = std::move(g),
                   u = std::move(u), d = std::move(d), ins = std::move(ins),
                   out = mx::array::unsafe_weak_copy(out)]() mutable {
@@ -307,10 +314,10 @@ void attention_f32(const float* qf, int B, int Hq, int L, int D, const mx::array
     return a;
   };
   const auto q_at = [&](int b, int kh, int l) {
-    return qf + ((static_cast<int64_t>(b) * Hq + kh * group) * L + l) * D;
+    return qf + ((static_cast<int64_t>(b) * Hq + static_cast<int64_t>(kh) * group) * L + l) * D;
   };
   const auto o_at = [&](int b, int kh, int l) {
-    return o + ((static_cast<int64_t>(b) * L + l) * Hq + kh * group) * D;
+    return o + ((static_cast<int64_t>(b) * L + l) * Hq + static_cast<int64_t>(kh) * group) * D;
   };
   if (L <= kInPlaceRows) {
     // A few query rows (decode, a short verify) read the cache in its dtype where it lies,
@@ -326,20 +333,23 @@ void attention_f32(const float* qf, int B, int Hq, int L, int D, const mx::array
       const int b = t / chunks / L / Hkv;
       const int rows = S - L + l + 1, s0 = c * kKeyChunk;
       if (s0 >= rows) {
-        std::fill(pm + t * group, pm + (t + 1) * group, -INFINITY);
-        std::fill(pl + t * group, pl + (t + 1) * group, 0.0f);
+        std::fill(pm + static_cast<ptrdiff_t>(t) * group,
+                  pm + static_cast<ptrdiff_t>(t + 1) * group, -INFINITY);
+        std::fill(pl + static_cast<ptrdiff_t>(t) * group,
+                  pl + static_cast<ptrdiff_t>(t + 1) * group, 0.0f);
         return;
       }
       thread_local std::vector<float> sc;
-      if (sc.size() < static_cast<size_t>(group) * kKeyChunk) sc.resize(group * kKeyChunk);
+      if (sc.size() < static_cast<size_t>(group) * kKeyChunk)
+        sc.resize(static_cast<size_t>(group) * kKeyChunk);
       AttnArgs a = base(b, kh);
       a.q = q_at(b, kh, l);
       a.s0 = s0;
       a.s1 = std::min(rows, s0 + kKeyChunk);
       a.scores = sc.data();
       a.out = part.data() + static_cast<size_t>(t) * group * D;
-      a.m = pm + t * group;
-      a.l = pl + t * group;
+      a.m = pm + static_cast<ptrdiff_t>(t) * group;
+      a.l = pl + static_cast<ptrdiff_t>(t) * group;
       attend(a);
     };
     // A short decode step's attention is a few microseconds of work: no pool for it.
@@ -382,7 +392,8 @@ void attention_f32(const float* qf, int B, int Hq, int L, int D, const mx::array
         args.kv_type = ScaleType::f32;
         parallel_for(row_tasks, [&](int t) {
           thread_local std::vector<float> scores;
-          if (scores.size() < static_cast<size_t>(group) * S) scores.resize(group * S);
+          if (scores.size() < static_cast<size_t>(group) * S)
+            scores.resize(static_cast<size_t>(group) * S);
           std::vector<float> m(group), sum(group);
           for (int l = t * kRowsPerTask; l < std::min(L, (t + 1) * kRowsPerTask); ++l) {
             AttnArgs a = args;
@@ -419,7 +430,7 @@ class CausalAttention : public mx::UnaryPrimitive {
       std::vector<float> qf(q.size()), o(static_cast<size_t>(B) * L * Hq * D);
       for (int b = 0; b < B; ++b)
         for (int h = 0; h < Hq; ++h)
-          head_rows_f32(q, b, h, L, qf.data() + ((b * Hq + h) * L) * static_cast<int64_t>(D));
+          head_rows_f32(q, b, h, L, qf.data() + (static_cast<int64_t>(b) * Hq + h) * L * D);
       attention_f32(qf.data(), B, Hq, L, D, k, v, S, scale, isa, o.data());
       from_f32(o.data(), out);
     });
@@ -508,9 +519,7 @@ class DecoderLayerPrim : public mx::Primitive {
     size_t i = 3;
     Layer q = take(in, i, q_), k = take(in, i, k_), v = take(in, i, v_), o = take(in, i, o_),
           g = take(in, i, g_), u = take(in, i, u_), d = take(in, i, d_);
-    std::vector<mx::array> ins, outs;
-    for (const auto& a : in) ins.push_back(mx::array::unsafe_weak_copy(a));
-    for (const auto& a : out) outs.push_back(mx::array::unsafe_weak_copy(a));
+    std::vector<mx::array> ins = weak_copies(in), outs = weak_copies(out);
     enc.dispatch([spec = spec_, offset = offset_, isa = isa_, int8 = int8_, q = std::move(q),
                   k = std::move(k), v = std::move(v), o = std::move(o), g = std::move(g),
                   u = std::move(u), d = std::move(d), ins = std::move(ins), outs = std::move(outs),

@@ -284,7 +284,8 @@ void qmm_i8(int n, const QWeight* ws, const float* x, int M, float* const* outs,
   }
   for_rows(n, ws, M, [&](int i, int n0, int n1) {
     thread_local std::vector<float> sbuf;
-    if (sbuf.size() < 8u * (w.K / 32)) sbuf.resize(8u * (w.K / 32));
+    const size_t need = 8 * static_cast<size_t>(w.K / 32);
+    if (sbuf.size() < need) sbuf.resize(need);
     kernel.rows(args[i], n0, n1, sbuf.data());
   });
 }
@@ -297,8 +298,8 @@ void qmm_float(int n, const QWeight* ws, const float* x, int M, float* const* ou
     // Per block of 32: even elements first, then odd ones (QmmArgs::x).
     perm.resize(static_cast<size_t>(M) * w.K);
     for (int64_t r = 0; r < M; ++r)
-      for (int b = 0; b < w.K; b += 32)
-        for (int j = 0; j < 16; ++j) {
+      for (int64_t b = 0; b < w.K; b += 32)
+        for (int64_t j = 0; j < 16; ++j) {
           perm[r * w.K + b + j] = x[r * w.K + b + 2 * j];
           perm[r * w.K + b + 16 + j] = x[r * w.K + b + 2 * j + 1];
         }
@@ -311,7 +312,8 @@ void qmm_float(int n, const QWeight* ws, const float* x, int M, float* const* ou
   }
   for_rows(n, ws, M, [&](int i, int n0, int n1) {
     thread_local std::vector<float> wbuf;
-    if (wbuf.size() < 4u * w.K) wbuf.resize(4u * w.K);
+    const size_t need = 4 * static_cast<size_t>(w.K);
+    if (wbuf.size() < need) wbuf.resize(need);
     kernel(args[i], n0, n1, wbuf.data());
   });
 }

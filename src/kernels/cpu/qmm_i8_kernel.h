@@ -267,7 +267,7 @@ inline void quantize_x(const float* x, int M, int K, int group_size, int bits, s
     for (int j = 0; j < K / 32; ++j) {
       __m256 v[4], amax = _mm256_setzero_ps();
       for (int t = 0; t < 4; ++t) {
-        v[t] = _mm256_loadu_ps(xr + 32 * j + 8 * t);
+        v[t] = _mm256_loadu_ps(xr + 32L * j + 8L * t);
         amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, v[t]));
       }
       __m128 h = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
@@ -311,8 +311,8 @@ inline void quantize_x(const float* x, int M, int K, int group_size, int bits, s
           continue;
         }
       }
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(q1r + 32 * j), b1);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(q2r + 32 * j), b2);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(q1r + 32L * j), b1);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(q2r + 32L * j), b2);
     }
     for (int g = 0; g < K / group_size; ++g) {
       float sum = 0;

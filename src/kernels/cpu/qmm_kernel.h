@@ -113,7 +113,7 @@ inline void dequant16(vu8x16 b, vf s, vf bias, float* out) {
 #endif
   for (int i = 0; i < 16 / kLanes; ++i) {
     const vf r = f[i] * s + bias;
-    __builtin_memcpy(out + i * kLanes, &r, sizeof(vf));
+    __builtin_memcpy(out + static_cast<long>(i) * kLanes, &r, sizeof(vf));
   }
 }
 
@@ -269,7 +269,7 @@ constexpr int bitrev(int i) {
 // One level of reduce_lanes: 2H vectors into H.
 template <int H>
 inline vf reduce_level(vf* v) {
-  for (int i = 0; i < H; ++i) v[i] = fold<H>(v[2 * i], v[2 * i + 1]);
+  for (int i = 0; i < H; ++i) v[i] = fold<H>(v[2L * i], v[2L * i + 1]);
   if constexpr (H == 1) {
     return v[0];
   } else {
@@ -317,7 +317,7 @@ inline void max_exp_sum(const float* x, int n, float* max_out, float* sum_out) {
   int i = 0;
   for (; i + kStep <= n; i += kStep)
     for (int j = 0; j < 4; ++j) {
-      const vf v = load(x + i + j * kLanes);
+      const vf v = load(x + i + static_cast<long>(j) * kLanes);
       vm[j] = v > vm[j] ? v : vm[j];
     }
   for (; i + kLanes <= n; i += kLanes) {
@@ -335,7 +335,7 @@ inline void max_exp_sum(const float* x, int n, float* max_out, float* sum_out) {
   const vf mv = vf{} + m;
   vf acc[4] = {};
   for (i = 0; i + kStep <= n; i += kStep)
-    for (int j = 0; j < 4; ++j) acc[j] += vexp(load(x + i + j * kLanes) - mv);
+    for (int j = 0; j < 4; ++j) acc[j] += vexp(load(x + i + static_cast<long>(j) * kLanes) - mv);
   for (; i + kLanes <= n; i += kLanes) acc[0] += vexp(load(x + i) - mv);
   const vf all = (acc[0] + acc[1]) + (acc[2] + acc[3]);
   float s = 0.0f;
@@ -377,19 +377,19 @@ inline void attn_pass(const AttnArgs& a, int g0) {
     for (int j = 0; j < kLanes; ++j) {
       if (j >= nj) {
         for (int c = 0; c < chunks; ++c)
-          __builtin_memset(kbuf + (c * kLanes + j) * kLanes, 0, sizeof(vf));
+          __builtin_memset(kbuf + (static_cast<long>(c) * kLanes + j) * kLanes, 0, sizeof(vf));
         continue;
       }
       const void* kr = kb + (s0 + j0 + j) * a.ks * esize;
       int c = 0;
       for (; c * kLanes < body; ++c) {
         const vf v = load_kv<T>(kr, c * kLanes);
-        __builtin_memcpy(kbuf + (c * kLanes + j) * kLanes, &v, sizeof(vf));
+        __builtin_memcpy(kbuf + (static_cast<long>(c) * kLanes + j) * kLanes, &v, sizeof(vf));
       }
       if (c < chunks) {
         vf v = {};
         for (int d = body; d < D; ++d) v[d - body] = scale_at(kr, T, d);
-        __builtin_memcpy(kbuf + (c * kLanes + j) * kLanes, &v, sizeof(vf));
+        __builtin_memcpy(kbuf + (static_cast<long>(c) * kLanes + j) * kLanes, &v, sizeof(vf));
       }
     }
     for (int g = 0; g < G; ++g) {
@@ -397,10 +397,11 @@ inline void attn_pass(const AttnArgs& a, int g0) {
       vf acc[kLanes] = {};
       const float* q = qbuf + g * chunks * kLanes;
       for (int c = 0; c < chunks; ++c) {
-        const vf qv = load(q + c * kLanes);
-        const float* kc = kbuf + c * kLanes * kLanes;
+        const vf qv = load(q + static_cast<long>(c) * kLanes);
+        const float* kc = kbuf + static_cast<long>(c) * kLanes * kLanes;
 #pragma GCC unroll 16
-        for (int j = 0; j < kLanes; ++j) acc[bitrev(j)] += qv * load(kc + j * kLanes);
+        for (int j = 0; j < kLanes; ++j)
+          acc[bitrev(j)] += qv * load(kc + static_cast<long>(j) * kLanes);
       }
       vf s = reduce_lanes(acc) * a.scale;
       __builtin_memcpy(sc[g] + j0, &s, static_cast<unsigned long>(nj) * 4);
