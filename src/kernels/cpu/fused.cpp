@@ -119,7 +119,7 @@ void rope(float* x, const RopeTable& t, int l, const RopeSpec& r) {
     const float c = t.cos[static_cast<size_t>(l) * half + i];
     const float s = t.sin[static_cast<size_t>(l) * half + i];
     float& a = r.traditional ? x[2L * i] : x[i];
-    float& b = r.traditional ? x[2 * i + 1] : x[i + half];
+    float& b = r.traditional ? x[2L * i + 1] : x[i + half];
     const float x1 = a, x2 = b;
     a = x1 * c - x2 * s;
     b = x1 * s + x2 * c;

@@ -325,7 +325,10 @@ inline void max_exp_sum(const float* x, int n, float* max_out, float* sum_out) {
     vm[0] = v > vm[0] ? v : vm[0];
   }
   float m = neg_inf;
-  for (int j = 0; j < 4; ++j) m = hmax(vm[j]) > m ? hmax(vm[j]) : m;
+  for (int j = 0; j < 4; ++j) {
+    const float h = hmax(vm[j]);
+    m = h > m ? h : m;
+  }
   for (int t = i; t < n; ++t) m = x[t] > m ? x[t] : m;
   *max_out = m;
   if (m == neg_inf) {  // nothing, or only -inf: exp(x - m) is taken as 0
