@@ -78,7 +78,7 @@ TEST(LogSoftmax, MaskedEntriesAndOtherDtypes) {
   const int V = 9000;
   mx::array x = mx::random::normal({2, V});
   // -inf entries (a constraint's mask) everywhere but a few; a whole chunk of them in row 1.
-  std::vector<float> mask(2 * V, 0.0f);
+  std::vector<float> mask(2 * static_cast<size_t>(V), 0.0f);
   const float neg_inf = -std::numeric_limits<float>::infinity();
   for (int i = 0; i < V; ++i) {
     if (i % 7 != 0) mask[i] = neg_inf;

@@ -33,6 +33,7 @@ TEST(ThreadPool, EveryTaskRunsOnce) {
 TEST(ThreadPool, CallsFromSeveralThreads) {
   std::atomic<int> bad{0};
   std::vector<std::thread> callers;
+  callers.reserve(3);
   for (int c = 0; c < 3; ++c)
     callers.emplace_back([&, c] {
       for (int rep = 0; rep < 50; ++rep) {
