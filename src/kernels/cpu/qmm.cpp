@@ -2,9 +2,12 @@
 
 #include <mlx/backend/cpu/encoder.h>
 #include <mlx/primitives.h>
+#include <sys/mman.h>
 
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
+#include <unordered_map>
 #include <vector>
 
 #include "core/error.h"
@@ -216,7 +219,8 @@ QWeight qweight(const mx::array& w, const mx::array& scales, const mx::array& bi
           w.shape(0),
           w.shape(1) * 32 / bits,
           group_size,
-          bits};
+          bits,
+          w.data_shared_ptr()};
 }
 
 namespace {
@@ -264,9 +268,127 @@ void for_rows(int n, const QWeight* ws, int M, const Fn& fn) {
   });
 }
 
+// LMX_CPU_PACK=0 keeps the int8 path on MLX's layout (no packed copies); unset or 1: packed.
+bool pack_enabled() {
+  static const bool on = [] {
+    const char* env = std::getenv("LMX_CPU_PACK");
+    if (!env || !*env || std::strcmp(env, "1") == 0) return true;
+    if (std::strcmp(env, "0") == 0) return false;
+    fail("LMX_CPU_PACK", "expected 0 or 1, got '", env, "'");
+  }();
+  return on;
+}
+
+long packed_bytes(const QWeight& w) {
+  const long ss = w.scale_type == ScaleType::f32 ? 4 : 2;
+  const long blocks = (w.N + kPackRows - 1) / kPackRows;
+  const long groups = w.K / w.group_size;
+  return blocks * groups * (static_cast<long>(kPackRows) * w.group_size * w.bits / 8 +
+                            2 * kPackRows * ss);
+}
+
+// MLX's layout -> the packed one (QmmI8Kernel::packed_rows), one block of rows per task.
+void pack(const QWeight& w, unsigned char* out) {
+  const long ss = w.scale_type == ScaleType::f32 ? 4 : 2;
+  const int groups = w.K / w.group_size;
+  const long wbytes = static_cast<long>(kPackRows) * w.group_size * w.bits / 8;
+  const long gbytes = wbytes + 2 * kPackRows * ss;
+  const long row_bytes = static_cast<long>(w.K) * w.bits / 8;
+  const int blocks = (w.N + kPackRows - 1) / kPackRows;
+  parallel_for(blocks, [&](int b) {
+    unsigned char* blk = out + b * groups * gbytes;  // zeros (a fresh mapping): padding rows stay 0
+    for (int r = 0; r < kPackRows && b * kPackRows + r < w.N; ++r) {
+      const long n = static_cast<long>(b) * kPackRows + r;
+      const unsigned char* src = w.w + n * row_bytes;
+      for (int g = 0; g < groups; ++g) {
+        unsigned char* gp = blk + g * gbytes;
+        for (int i = 0; i < w.group_size; ++i) {
+          const long k = static_cast<long>(g) * w.group_size + i;
+          if (w.bits == 8) {
+            gp[(i / 4) * 64 + 4 * r + i % 4] = src[k];
+          } else {
+            const unsigned q = (src[k / 2] >> (4 * (k & 1))) & 15u;
+            gp[(i / 8) * 64 + 4 * r + i % 4] |= static_cast<unsigned char>(q << (i % 8 < 4 ? 0 : 4));
+          }
+        }
+        const long at = (n * groups + g) * ss;
+        std::memcpy(gp + wbytes + r * ss, static_cast<const char*>(w.scales) + at, ss);
+        std::memcpy(gp + wbytes + (kPackRows + r) * ss, static_cast<const char*>(w.biases) + at, ss);
+      }
+    }
+  });
+}
+
+// Packed copies live in their own mappings, outside the malloc heap that the activations churn,
+// on transparent huge pages where the kernel allows (a decode step streams every page once).
+struct Mapping {
+  unsigned char* p = nullptr;
+  size_t bytes = 0;
+  explicit Mapping(size_t n) : bytes(n) {
+    void* m = mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    check(m != MAP_FAILED, "quantized_matmul", "out of memory packing a weight of ", n, " bytes");
+    madvise(m, n, MADV_HUGEPAGE);
+    p = static_cast<unsigned char*>(m);
+  }
+  Mapping(const Mapping&) = delete;
+  Mapping& operator=(const Mapping&) = delete;
+  ~Mapping() { munmap(p, bytes); }
+};
+
+struct Packed {
+  std::weak_ptr<void> owner;
+  const void* scales;
+  int N, K, group_size, bits;
+  std::unique_ptr<Mapping> data;
+};
+
+// The packed copy of w, made on first use and kept while w's buffer lives (the owner's control
+// block, not the address, names the weight: a freed buffer's address can return).
+const unsigned char* packed_weight(const QWeight& w) {
+  static std::mutex mu;
+  static std::unordered_map<const unsigned char*, Packed> cache;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = cache.find(w.w);
+  if (it != cache.end()) {
+    const Packed& p = it->second;
+    const bool same_owner = !p.owner.owner_before(w.owner) && !w.owner.owner_before(p.owner);
+    if (same_owner && !p.owner.expired() && p.scales == w.scales && p.N == w.N && p.K == w.K &&
+        p.group_size == w.group_size && p.bits == w.bits)
+      return p.data->p;
+    cache.erase(it);
+  }
+  for (auto i = cache.begin(); i != cache.end();)  // drop the copies of freed weights
+    i = i->second.owner.expired() ? cache.erase(i) : std::next(i);
+  Packed p{w.owner, w.scales, w.N, w.K, w.group_size, w.bits,
+           std::make_unique<Mapping>(static_cast<size_t>(packed_bytes(w)))};
+  pack(w, p.data->p);
+  return cache.emplace(w.w, std::move(p)).first->second.data->p;
+}
+
 void qmm_i8(int n, const QWeight* ws, const float* x, int M, float* const* outs, Isa isa) {
   const QWeight& w = ws[0];
   const QmmI8Kernel kernel = i8_kernel(isa);
+  if (kernel.packed_rows && pack_enabled()) {
+    thread_local I8Rows xq;
+    xq.q.resize(static_cast<size_t>(M) * 2 * w.K);
+    xq.d.resize(static_cast<size_t>(M) * (w.K / 32));
+    xq.sum.resize(static_cast<size_t>(M) * (w.K / w.group_size));
+    xq.bsum.resize(w.K / 32);
+    // bits = 8: xq in input order, the packed layout's.
+    kernel.quantize(x, M, w.K, w.group_size, 8, xq.q.data(), xq.d.data(), xq.sum.data(),
+                    xq.bsum.data());
+    std::vector<QmmI8Args> args(n);
+    for (int i = 0; i < n; ++i) {
+      QmmI8Args& a = args[i];
+      set_weight(a, ws[i], M, outs[i]);
+      a.w = packed_weight(ws[i]);
+      a.xq = xq.q.data();
+      a.xd = xq.d.data();
+      a.xsum = xq.sum.data();
+    }
+    for_rows(n, ws, M, [&](int i, int n0, int n1) { kernel.packed_rows(args[i], n0, n1); });
+    return;
+  }
   thread_local I8Rows xq;  // reused across calls: a decode step makes hundreds
   xq.q.resize(static_cast<size_t>(M) * 2 * w.K);
   xq.d.resize(static_cast<size_t>(M) * (w.K / 32));

@@ -4,6 +4,7 @@
 
 #include <mlx/mlx.h>
 
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -61,6 +62,7 @@ struct QWeight {
   const void* biases;
   ScaleType scale_type;
   int N, K, group_size, bits;
+  std::weak_ptr<void> owner;  // w's buffer: names the weight for its packed copy (qmm.cpp)
 };
 // Pointers into evaluated, row-contiguous arrays (an error otherwise).
 QWeight qweight(const mx::array& w, const mx::array& scales, const mx::array& biases,

@@ -78,10 +78,22 @@ using QmmI8RowsFn = void (*)(const QmmI8Args& a, int n0, int n1, float* sbuf);
 using QuantizeXFn = void (*)(const float* x, int M, int K, int group_size, int bits,
                              signed char* xq, float* xd, float* xsum, float* bsum);
 
+// The 512-bit kernel's own weight layout, made once per weight (qmm.cpp): per block of
+// kPackRows rows (the last one padded with zero rows), per group: the group's weights as 64-byte
+// steps whose byte 4 r + i holds row r's input k + i (8-bit, 4 inputs a step) or inputs k + i in
+// the low nibble and k + 4 + i in the high one (4-bit, 8 inputs a step), then the block's
+// kPackRows scales and kPackRows biases in the scale type. Each int32 lane of a vpdpbusd then
+// sums one row, so no horizontal sums and no scale broadcasts are needed.
+constexpr int kPackRows = 16;
+// Rows [n0, n1) of the output for every m, n0 a multiple of kPackRows, with QmmI8Args::w the
+// packed layout (scales and biases unused) and xq in input order (quantize with bits = 8).
+using QmmI8PackedRowsFn = void (*)(const QmmI8Args& a, int n0, int n1);
+
 struct QmmI8Kernel {
   QmmI8RowsFn rows = nullptr;
   QuantizeXFn quantize = nullptr;
   int chunk = 32;  // inputs per vector (64 with 512-bit registers; a 32 tail when K % 64)
+  QmmI8PackedRowsFn packed_rows = nullptr;  // the packed layout's kernel, where there is one
 };
 
 QmmI8Kernel kernels_i8_avx512vnni();  // empty when not built for x86-64
