@@ -5,8 +5,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <memory>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "core/error.h"
@@ -171,7 +174,13 @@ TEST_P(QmmInt8Layouts, MatchesInt8ArithmeticAndStaysWithinTheQuantizationBound) 
       {1, 1, 128}, {1, 7, 96},   {2, 17, 256},   {3, 5, 160},   {5, 64, 384},
       {8, 9, 224}, {9, 33, 512}, {1, 1031, 576}, {4, 130, 1536}};
   float worst = 0;
-  for (kc::Isa isa : int8_isas()) {
+  // Both weight layouts of the 512-bit kernel: MLX's and its packed copy.
+  const bool packing = kc::packing();
+  std::vector<std::pair<kc::Isa, bool>> runs;
+  for (bool pack : {false, true})
+    for (kc::Isa isa : int8_isas()) runs.emplace_back(isa, pack);
+  for (auto [isa, pack] : runs) {
+    kc::set_packing(pack);
     for (auto [M, N, K] : shapes) {
       if (K % gs) continue;
       Quantized q = quantize(N, K, gs, bits, sdt, seed++);
@@ -184,8 +193,9 @@ TEST_P(QmmInt8Layouts, MatchesInt8ArithmeticAndStaysWithinTheQuantizationBound) 
                                               .isa = isa,
                                               .out_dtype = mx::float32,
                                               .int8 = kc::Int8Mode::all});
-        const std::string where = kc::int8_kernel_name(isa) + " M=" + std::to_string(M) +
-                                  " N=" + std::to_string(N) + " K=" + std::to_string(K);
+        const std::string where = kc::int8_kernel_name(isa) + (pack ? " packed" : "") +
+                                  " M=" + std::to_string(M) + " N=" + std::to_string(N) +
+                                  " K=" + std::to_string(K);
         // 1. The kernel computes the int8 arithmetic it stands for: only the float32
         //    accumulation order differs, so within the float kernel's bound.
         EXPECT_LE(rel_error(got, int8_reference(x, q, gs, bits)), kBf16Rounding) << where;
@@ -220,6 +230,7 @@ TEST_P(QmmInt8Layouts, MatchesInt8ArithmeticAndStaysWithinTheQuantizationBound) 
       }
     }
   }
+  kc::set_packing(packing);
   RecordProperty("worst_rms_ratio", std::to_string(worst));
 }
 
@@ -228,6 +239,36 @@ INSTANTIATE_TEST_SUITE_P(All, QmmInt8Layouts,
                                             ::testing::Values(mx::float32, mx::bfloat16,
                                                               mx::float16)),
                          layout_name);
+
+// The packed copy follows its weight, not its address: a weight whose buffer takes a freed
+// one's memory gets its own copy, and a weight that lives on keeps giving its own result.
+TEST(QmmInt8, PackedCopiesFollowTheirWeights) {
+  if (int8_isas().empty()) GTEST_SKIP() << "this CPU has neither AVX512-VNNI nor AVX-VNNI";
+  const int N = 48, K = 256, gs = 32;
+  Quantized a = quantize(N, K, gs, 4, mx::float16, 1), b = quantize(N, K, gs, 4, mx::float16, 2);
+  mx::eval(a.w, a.scales, a.biases, b.w, b.scales, b.biases);
+  const size_t packed = static_cast<size_t>(N) * K / 2 + 2 * 2 * N * (K / gs);
+  auto bytes = [&](const kc::QWeight& w) {
+    const unsigned char* p = kc::packed_weight(w);
+    return std::vector<unsigned char>(p, p + packed);
+  };
+  const std::vector<unsigned char> pa = bytes(kc::qweight(a.w, a.scales, a.biases, gs, 4));
+  const std::vector<unsigned char> pb = bytes(kc::qweight(b.w, b.scales, b.biases, gs, 4));
+  ASSERT_NE(pa, pb);
+  // One block of memory holding a's weight, then b's, each time under a new owner.
+  std::vector<unsigned char> w(a.w.nbytes()), s(a.scales.nbytes()), z(a.biases.nbytes());
+  auto at = [&](const Quantized& q, const std::shared_ptr<int>& owner) {
+    std::memcpy(w.data(), q.w.data<void>(), w.size());
+    std::memcpy(s.data(), q.scales.data<void>(), s.size());
+    std::memcpy(z.data(), q.biases.data<void>(), z.size());
+    return kc::QWeight{w.data(), s.data(), z.data(), kc::ScaleType::f16, N, K, gs, 4, owner};
+  };
+  auto owner = std::make_shared<int>(0);
+  EXPECT_EQ(bytes(at(a, owner)), pa);
+  owner = std::make_shared<int>(0);  // a's owner is gone; b's buffer has its address
+  EXPECT_EQ(bytes(at(b, owner)), pb);
+  EXPECT_EQ(bytes(kc::qweight(a.w, a.scales, a.biases, gs, 4)), pa) << "a live weight's copy";
+}
 
 TEST(QmmInt8, OtherWidthsAndLargeCallsUseTheFloatKernel) {
   for (kc::Isa isa : int8_isas()) {

@@ -4,8 +4,10 @@
 #include <mlx/primitives.h>
 #include <sys/mman.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <mutex>
 #include <unordered_map>
 #include <vector>
@@ -83,6 +85,23 @@ Int8Mode int8_mode() {
   }();
   return mode;
 }
+
+namespace {
+
+std::atomic<int>& packing_state() {
+  static std::atomic<int> state = [] {
+    const char* env = std::getenv("LMX_CPU_PACK");
+    if (!env || !*env || std::strcmp(env, "1") == 0) return 1;
+    if (std::strcmp(env, "0") == 0) return 0;
+    fail("LMX_CPU_PACK", "expected 0 or 1, got '", env, "'");
+  }();
+  return state;
+}
+
+}  // namespace
+
+bool packing() { return packing_state().load(std::memory_order_relaxed) != 0; }
+void set_packing(bool on) { packing_state().store(on ? 1 : 0, std::memory_order_relaxed); }
 
 namespace {
 
@@ -268,23 +287,12 @@ void for_rows(int n, const QWeight* ws, int M, const Fn& fn) {
   });
 }
 
-// LMX_CPU_PACK=0 keeps the int8 path on MLX's layout (no packed copies); unset or 1: packed.
-bool pack_enabled() {
-  static const bool on = [] {
-    const char* env = std::getenv("LMX_CPU_PACK");
-    if (!env || !*env || std::strcmp(env, "1") == 0) return true;
-    if (std::strcmp(env, "0") == 0) return false;
-    fail("LMX_CPU_PACK", "expected 0 or 1, got '", env, "'");
-  }();
-  return on;
-}
-
 long packed_bytes(const QWeight& w) {
   const long ss = w.scale_type == ScaleType::f32 ? 4 : 2;
   const long blocks = (w.N + kPackRows - 1) / kPackRows;
   const long groups = w.K / w.group_size;
-  return blocks * groups * (static_cast<long>(kPackRows) * w.group_size * w.bits / 8 +
-                            2 * kPackRows * ss);
+  return blocks * groups *
+         (static_cast<long>(kPackRows) * w.group_size * w.bits / 8 + 2 * kPackRows * ss);
 }
 
 // MLX's layout -> the packed one (QmmI8Kernel::packed_rows), one block of rows per task.
@@ -308,12 +316,14 @@ void pack(const QWeight& w, unsigned char* out) {
             gp[(i / 4) * 64 + 4 * r + i % 4] = src[k];
           } else {
             const unsigned q = (src[k / 2] >> (4 * (k & 1))) & 15u;
-            gp[(i / 8) * 64 + 4 * r + i % 4] |= static_cast<unsigned char>(q << (i % 8 < 4 ? 0 : 4));
+            gp[(i / 8) * 64 + 4 * r + i % 4] |=
+                static_cast<unsigned char>(q << (i % 8 < 4 ? 0 : 4));
           }
         }
         const long at = (n * groups + g) * ss;
         std::memcpy(gp + wbytes + r * ss, static_cast<const char*>(w.scales) + at, ss);
-        std::memcpy(gp + wbytes + (kPackRows + r) * ss, static_cast<const char*>(w.biases) + at, ss);
+        std::memcpy(gp + wbytes + (kPackRows + r) * ss, static_cast<const char*>(w.biases) + at,
+                    ss);
       }
     }
   });
@@ -342,8 +352,10 @@ struct Packed {
   std::unique_ptr<Mapping> data;
 };
 
-// The packed copy of w, made on first use and kept while w's buffer lives (the owner's control
-// block, not the address, names the weight: a freed buffer's address can return).
+}  // namespace
+
+// The owner's control block, not the address, names the weight: a freed buffer's address can
+// return.
 const unsigned char* packed_weight(const QWeight& w) {
   static std::mutex mu;
   static std::unordered_map<const unsigned char*, Packed> cache;
@@ -359,16 +371,23 @@ const unsigned char* packed_weight(const QWeight& w) {
   }
   for (auto i = cache.begin(); i != cache.end();)  // drop the copies of freed weights
     i = i->second.owner.expired() ? cache.erase(i) : std::next(i);
-  Packed p{w.owner, w.scales, w.N, w.K, w.group_size, w.bits,
+  Packed p{w.owner,
+           w.scales,
+           w.N,
+           w.K,
+           w.group_size,
+           w.bits,
            std::make_unique<Mapping>(static_cast<size_t>(packed_bytes(w)))};
   pack(w, p.data->p);
   return cache.emplace(w.w, std::move(p)).first->second.data->p;
 }
 
+namespace {
+
 void qmm_i8(int n, const QWeight* ws, const float* x, int M, float* const* outs, Isa isa) {
   const QWeight& w = ws[0];
   const QmmI8Kernel kernel = i8_kernel(isa);
-  if (kernel.packed_rows && pack_enabled()) {
+  if (kernel.packed_rows && packing()) {
     thread_local I8Rows xq;
     xq.q.resize(static_cast<size_t>(M) * 2 * w.K);
     xq.d.resize(static_cast<size_t>(M) * (w.K / 32));
