@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/qmm.h"
 #include "models/model.h"
 
 namespace lmx::test {
@@ -23,6 +24,20 @@ TeacherForced compare_teacher_forced(Model& exact, Model& fast, const std::vecto
 // through one cache (decode-sized calls: the kernels' small-M paths), `exact` in one forward.
 TeacherForced compare_teacher_forced_steps(Model& exact, Model& fast,
                                            const std::vector<int>& tokens, int max_step);
+
+// Within its scope the CPU kernels keep MLX's weight layout (kernels::cpu::set_packing), so
+// calls of more than kInt8MaxRows rows take the float32 kernel, as on CPUs without the packed
+// int8 kernel.
+class MlxLayoutScope {
+ public:
+  MlxLayoutScope() : was_(kernels::cpu::packing()) { kernels::cpu::set_packing(false); }
+  ~MlxLayoutScope() { kernels::cpu::set_packing(was_); }
+  MlxLayoutScope(const MlxLayoutScope&) = delete;
+  MlxLayoutScope& operator=(const MlxLayoutScope&) = delete;
+
+ private:
+  bool was_;
+};
 
 // Greedy continuation of `prompt` (prefill, then one token per step), ignoring EOS.
 std::vector<int> greedy(Model& model, const std::vector<int>& prompt, int max_tokens);

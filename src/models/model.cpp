@@ -4,6 +4,7 @@
 #include <map>
 
 #include "core/error.h"
+#include "kernels/cpu/qmm.h"
 #include "lora/lora.h"
 
 namespace lmx {
@@ -212,6 +213,11 @@ LoadedWeights load_model(const fs::path& dir, const LoadOptions& options,
   store.set_cpu_kernels(!options.exact && !sharded && mx::default_device() == mx::Device::cpu);
   LoadedWeights out;
   out.cpu_kernels = store.cpu_kernels();
+  // The kernels' settings, read here so that a bad value is an error at load, not inside an eval.
+  if (out.cpu_kernels) {
+    (void)kernels::cpu::int8_mode();
+    (void)kernels::cpu::packing();
+  }
   try {
     out.model = arch->build(config, store);
     out.model->set_cpu_kernels(out.cpu_kernels);

@@ -1,6 +1,7 @@
 // Tier L3 (lmx's CPU kernels) against tier L1 on the real SmolLM2-135M-Instruct 4-bit (float32
 // activations and scales): mean KL <= 1e-3 over a 512-token teacher-forced text, top-1
-// agreement >= 98% (over one forward, and in decode-sized steps, the int8-activation path),
+// agreement >= 98% (over one forward, on the packed int8 path where the CPU has it and on the
+// float32 kernel, and in decode-sized steps),
 // greedy output identical on >= 3 of 4 prompts for 64 tokens; and the same tokens for any thread
 // count, with the AVX2 kernel and with LMX_CPU_INT8=0.
 #include <gtest/gtest.h>
@@ -44,6 +45,13 @@ TEST(TiersSmolLM2, TeacherForcedAndGreedyAgreeWithL1) {
   EXPECT_GE(r.top1_agree, 0.98);
   RecordProperty("mean_kl", std::to_string(r.mean_kl));
   RecordProperty("top1_agree", std::to_string(r.top1_agree));
+  {  // The same text on MLX's weight layout: the float32 kernel for the 512-token forward.
+    const test::MlxLayoutScope mlx_layout;
+    const auto rf = test::compare_teacher_forced(*exact.model, *fast.model, ids);
+    EXPECT_LE(rf.mean_kl, 1e-3);
+    EXPECT_GE(rf.top1_agree, 0.98);
+    RecordProperty("float_kernel_mean_kl", std::to_string(rf.mean_kl));
+  }
   // The same text in decode-sized steps (1 to kInt8MaxRows tokens): the int8-activation path.
   const auto rs = test::compare_teacher_forced_steps(*exact.model, *fast.model, ids,
                                                      kernels::cpu::kInt8MaxRows);
@@ -99,6 +107,19 @@ TEST(TiersSmolLM2, SameTokensForEveryThreadCountAndTheAvx2Kernel) {
     ASSERT_EQ(f1.exit_code, 0) << f1.err;
     EXPECT_EQ(f1.out, f2.out);
   }
+  // The packed int8 kernel is on by default where it exists; LMX_CPU_PACK=0 keeps MLX's layout.
+  if (kernels::cpu::int8_packed(kernels::cpu::active_isa())) {
+    EXPECT_NE(test::run_lmx("--version").out.find(" packed (all rows)"), std::string::npos);
+    const auto off = test::run_lmx_env("LMX_CPU_PACK=0", "--version");
+    EXPECT_EQ(off.out.find(" packed"), std::string::npos) << off.out;
+    const auto p1 = test::run_lmx_env("LMX_CPU_PACK=0", args);
+    const auto p2 = test::run_lmx_env("LMX_CPU_PACK=0 LMX_CPU_THREADS=1", args);
+    ASSERT_EQ(p1.exit_code, 0) << p1.err;
+    EXPECT_EQ(p1.out, p2.out);
+  }
+  const auto badp = test::run_lmx_env("LMX_CPU_PACK=yes", args);
+  EXPECT_EQ(badp.exit_code, 1);
+  EXPECT_NE(badp.err.find("expected 0 or 1"), std::string::npos) << badp.err;
   const auto bad8 = test::run_lmx_env("LMX_CPU_INT8=yes", args);
   EXPECT_EQ(bad8.exit_code, 1);
   EXPECT_NE(bad8.err.find("expected 0, 1 or all"), std::string::npos) << bad8.err;

@@ -282,19 +282,26 @@ TEST(QmmInt8, OtherWidthsAndLargeCallsUseTheFloatKernel) {
     };
     EXPECT_TRUE(mx::array_equal(run(q3, x, 3, kc::Int8Mode::all), run(q3, x, 3, kc::Int8Mode::off))
                     .item<bool>());
-    // The default mode: int8 for at most kInt8MaxRows rows, the float kernel above.
+    // The default mode: int8 for every call on the packed layout; on MLX's layout for at most
+    // kInt8MaxRows rows, the float kernel above.
+    const bool packing = kc::packing();
     Quantized q4 = quantize(40, 256, 64, 4, mx::float32, 23);
-    for (int M : {1, kc::kInt8MaxRows, kc::kInt8MaxRows + 1}) {
-      mx::array xm = mx::random::normal({M, 256}, mx::float32, mx::random::key(24 + M));
-      mx::array small = run(q4, xm, 4, kc::Int8Mode::small);
-      mx::array expect =
-          run(q4, xm, 4, M <= kc::kInt8MaxRows ? kc::Int8Mode::all : kc::Int8Mode::off);
-      EXPECT_TRUE(mx::array_equal(small, expect).item<bool>()) << "M=" << M;
-      EXPECT_FALSE(
-          mx::array_equal(run(q4, xm, 4, kc::Int8Mode::all), run(q4, xm, 4, kc::Int8Mode::off))
-              .item<bool>())
-          << "the int8 path must differ from the float one (it quantizes x)";
+    for (bool pack : {false, true}) {
+      kc::set_packing(pack);
+      for (int M : {1, kc::kInt8MaxRows, kc::kInt8MaxRows + 1, 64}) {
+        mx::array xm = mx::random::normal({M, 256}, mx::float32, mx::random::key(24 + M));
+        mx::array best = run(q4, xm, 4, kc::Int8Mode::best);
+        const bool int8 = M <= kc::kInt8MaxRows || kc::int8_packed(isa);
+        mx::array expect = run(q4, xm, 4, int8 ? kc::Int8Mode::all : kc::Int8Mode::off);
+        EXPECT_TRUE(mx::array_equal(best, expect).item<bool>()) << "M=" << M << " pack=" << pack;
+        EXPECT_FALSE(
+            mx::array_equal(run(q4, xm, 4, kc::Int8Mode::all), run(q4, xm, 4, kc::Int8Mode::off))
+                .item<bool>())
+            << "the int8 path must differ from the float one (it quantizes x)";
+      }
     }
+    EXPECT_EQ(kc::int8_packed(isa), kc::int8_kernel_name(isa) == "avx512vnni");
+    kc::set_packing(packing);
   }
 }
 

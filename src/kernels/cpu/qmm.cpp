@@ -78,7 +78,7 @@ IsaKernels kernels_for(Isa isa) {
 Int8Mode int8_mode() {
   static const Int8Mode mode = [] {
     const char* env = std::getenv("LMX_CPU_INT8");
-    if (!env || !*env || std::strcmp(env, "1") == 0) return Int8Mode::small;
+    if (!env || !*env || std::strcmp(env, "1") == 0) return Int8Mode::best;
     if (std::strcmp(env, "0") == 0) return Int8Mode::off;
     if (std::strcmp(env, "all") == 0) return Int8Mode::all;
     fail("LMX_CPU_INT8", "expected 0, 1 or all, got '", env, "'");
@@ -125,6 +125,8 @@ std::string int8_kernel_name(Isa isa) {
   if (!k.rows) return "";
   return k.chunk == 64 ? "avx512vnni" : "avxvnni";
 }
+
+bool int8_packed(Isa isa) { return i8_kernel(isa).packed_rows != nullptr && packing(); }
 
 namespace {
 
@@ -245,9 +247,9 @@ QWeight qweight(const mx::array& w, const mx::array& scales, const mx::array& bi
 namespace {
 
 bool uses_int8(const QWeight& w, int M, Isa isa, Int8Mode int8) {
-  return (w.bits == 4 || w.bits == 8) &&
-         (int8 == Int8Mode::all || (int8 == Int8Mode::small && M <= kInt8MaxRows)) &&
-         i8_kernel(isa).rows != nullptr;
+  const QmmI8Kernel k = i8_kernel(isa);
+  if ((w.bits != 4 && w.bits != 8) || !k.rows || int8 == Int8Mode::off) return false;
+  return int8 == Int8Mode::all || M <= kInt8MaxRows || (k.packed_rows && packing());
 }
 
 // Rows per task for a weight of N rows: 16, or 64 for decode-sized calls on wide layers (longer

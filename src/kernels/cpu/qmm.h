@@ -24,11 +24,12 @@ Isa active_isa();  // LMX_CPU_ISA, else the widest the CPU has
 // The integer path of the kernels (QmmI8Args): activations quantized to int8 per block of 32
 // inputs, u8 x s8 dot products with VNNI, for 4- and 8-bit weights on a CPU with AVX512-VNNI
 // (under Isa::avx512) or AVX-VNNI. An approximation of the float32 kernel, which stays its
-// reference (docs/cpu.md). small: calls of at most kInt8MaxRows rows (decode, short verifies),
-// where it is measured faster than the float32 kernel; all: every call.
-enum class Int8Mode { off, small, all };
+// reference (docs/cpu.md). best: where it is measured faster than the float32 kernel, every
+// call on the packed layout (packing()), else calls of at most kInt8MaxRows rows (decode, short
+// verifies); all: every call.
+enum class Int8Mode { off, best, all };
 constexpr int kInt8MaxRows = 8;
-// LMX_CPU_INT8=0|1|all (off, small, all); unset: small.
+// LMX_CPU_INT8=0|1|all (off, best, all); unset: best.
 Int8Mode int8_mode();
 // Whether the AVX512-VNNI kernel runs on its own packed copy of each weight (qmm_args.h
 // kPackRows), made on the weight's first int8 call and kept while the weight lives: about 1.3x
@@ -38,6 +39,8 @@ bool packing();
 void set_packing(bool on);
 // The VNNI kernel quantized matmuls under `isa` use: "avx512vnni", "avxvnni", or "" for none.
 std::string int8_kernel_name(Isa isa);
+// Whether that kernel runs on packed weight copies under `isa` (packing() and a kernel for them).
+bool int8_packed(Isa isa);
 
 struct QmmOptions {
   int group_size = 64;
