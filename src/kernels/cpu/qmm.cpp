@@ -5,6 +5,7 @@
 #include <sys/mman.h>
 
 #include <atomic>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <iterator>
@@ -297,6 +298,11 @@ long packed_bytes(const QWeight& w) {
          (static_cast<long>(kPackRows) * w.group_size * w.bits / 8 + 2 * kPackRows * ss);
 }
 
+// Nibbles 0-3 of x -> the low nibbles of bytes 0-3.
+uint32_t spread_nibbles(uint32_t x) {
+  return (x & 0xFu) | (x & 0xF0u) << 4 | (x & 0xF00u) << 8 | (x & 0xF000u) << 12;
+}
+
 // MLX's layout -> the packed one (QmmI8Kernel::packed_rows), one block of rows per task.
 void pack(const QWeight& w, unsigned char* out) {
   const long ss = w.scale_type == ScaleType::f32 ? 4 : 2;
@@ -306,21 +312,20 @@ void pack(const QWeight& w, unsigned char* out) {
   const long row_bytes = static_cast<long>(w.K) * w.bits / 8;
   const int blocks = (w.N + kPackRows - 1) / kPackRows;
   parallel_for(blocks, [&](int b) {
-    unsigned char* blk = out + b * groups * gbytes;  // zeros (a fresh mapping): padding rows stay 0
+    unsigned char* blk = out + b * groups * gbytes;  // a fresh mapping: padding rows stay 0
     for (int r = 0; r < kPackRows && b * kPackRows + r < w.N; ++r) {
       const long n = static_cast<long>(b) * kPackRows + r;
       const unsigned char* src = w.w + n * row_bytes;
       for (int g = 0; g < groups; ++g) {
         unsigned char* gp = blk + g * gbytes;
-        for (int i = 0; i < w.group_size; ++i) {
-          const long k = static_cast<long>(g) * w.group_size + i;
-          if (w.bits == 8) {
-            gp[(i / 4) * 64 + 4 * r + i % 4] = src[k];
-          } else {
-            const unsigned q = (src[k / 2] >> (4 * (k & 1))) & 15u;
-            gp[(i / 8) * 64 + 4 * r + i % 4] |=
-                static_cast<unsigned char>(q << (i % 8 < 4 ? 0 : 4));
-          }
+        const unsigned char* q = src + static_cast<long>(g) * w.group_size * w.bits / 8;
+        // One 4-byte word per step and row: 4 inputs as stored (8-bit), or 8 nibbles k .. k + 7
+        // (LSB first) -> byte i = nibble i | nibble i + 4 << 4 (4-bit).
+        for (int step = 0; step < w.group_size * w.bits / 32; ++step) {
+          uint32_t u;
+          std::memcpy(&u, q + 4L * step, 4);
+          if (w.bits == 4) u = spread_nibbles(u & 0xFFFFu) | spread_nibbles(u >> 16) << 4;
+          std::memcpy(gp + 64L * step + 4L * r, &u, 4);
         }
         const long at = (n * groups + g) * ss;
         std::memcpy(gp + wbytes + r * ss, static_cast<const char*>(w.scales) + at, ss);
