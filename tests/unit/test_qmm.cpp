@@ -247,7 +247,7 @@ TEST(QmmInt8, PackedCopiesFollowTheirWeights) {
   const int N = 48, K = 256, gs = 32;
   Quantized a = quantize(N, K, gs, 4, mx::float16, 1), b = quantize(N, K, gs, 4, mx::float16, 2);
   mx::eval(a.w, a.scales, a.biases, b.w, b.scales, b.biases);
-  const size_t packed = static_cast<size_t>(N) * K / 2 + 2 * 2 * N * (K / gs);
+  const size_t packed = static_cast<size_t>(N) * K / 2 + static_cast<size_t>(4) * N * (K / gs);
   auto bytes = [&](const kc::QWeight& w) {
     const unsigned char* p = kc::packed_weight(w);
     return std::vector<unsigned char>(p, p + packed);

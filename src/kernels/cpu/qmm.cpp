@@ -295,7 +295,7 @@ long packed_bytes(const QWeight& w) {
   const long blocks = (w.N + kPackRows - 1) / kPackRows;
   const long groups = w.K / w.group_size;
   return blocks * groups *
-         (static_cast<long>(kPackRows) * w.group_size * w.bits / 8 + 2 * kPackRows * ss);
+         (static_cast<long>(kPackRows) * w.group_size * w.bits / 8 + 2L * kPackRows * ss);
 }
 
 // Nibbles 0-3 of x -> the low nibbles of bytes 0-3.
@@ -308,11 +308,12 @@ void pack(const QWeight& w, unsigned char* out) {
   const long ss = w.scale_type == ScaleType::f32 ? 4 : 2;
   const int groups = w.K / w.group_size;
   const long wbytes = static_cast<long>(kPackRows) * w.group_size * w.bits / 8;
-  const long gbytes = wbytes + 2 * kPackRows * ss;
+  const long gbytes = wbytes + 2L * kPackRows * ss;
   const long row_bytes = static_cast<long>(w.K) * w.bits / 8;
   const int blocks = (w.N + kPackRows - 1) / kPackRows;
   parallel_for(blocks, [&](int b) {
-    unsigned char* blk = out + b * groups * gbytes;  // a fresh mapping: padding rows stay 0
+    unsigned char* blk =
+        out + static_cast<long>(b) * groups * gbytes;  // a fresh mapping: padding rows stay 0
     for (int r = 0; r < kPackRows && b * kPackRows + r < w.N; ++r) {
       const long n = static_cast<long>(b) * kPackRows + r;
       const unsigned char* src = w.w + n * row_bytes;

@@ -347,7 +347,7 @@ inline void packed_pass(const QmmI8Args& a, const unsigned char* blk, int m, int
   const int groups = a.K / a.group_size;
   const long ss = a.scale_type == ScaleType::f32 ? 4 : 2;
   const long wbytes = static_cast<long>(kPackRows) * a.group_size * BITS / 8;
-  const long gbytes = wbytes + 2 * kPackRows * ss;
+  const long gbytes = wbytes + 2L * kPackRows * ss;
   const signed char* q1 = a.xq + static_cast<long>(m) * 2 * a.K;
   const signed char* q2 = q1 + a.K;
   const float* xd = a.xd + static_cast<long>(m) * (a.K / 32);
@@ -401,7 +401,7 @@ inline void packed_impl(const QmmI8Args& a, int n0, int n1) {
   const long ss = a.scale_type == ScaleType::f32 ? 4 : 2;
   const long block_bytes =
       (a.K / a.group_size) *
-      (static_cast<long>(kPackRows) * a.group_size * BITS / 8 + 2 * kPackRows * ss);
+      (static_cast<long>(kPackRows) * a.group_size * BITS / 8 + 2L * kPackRows * ss);
   for (int nb = n0; nb < n1; nb += kPackRows) {
     const unsigned char* blk = a.w + (nb / kPackRows) * block_bytes;
     for (int m = 0; m < a.M; ++m) packed_pass<BITS>(a, blk, m, nb);
