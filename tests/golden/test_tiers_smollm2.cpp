@@ -97,26 +97,22 @@ TEST(TiersSmolLM2, SameTokensForEveryThreadCountAndTheAvx2Kernel) {
   const auto bad = test::run_lmx_env("LMX_CPU_ISA=sse9", args);
   EXPECT_EQ(bad.exit_code, 1);
   EXPECT_NE(bad.err.find("expected avx512, avx2 or generic"), std::string::npos) << bad.err;
-  // The int8 path is on by default where a VNNI kernel exists; LMX_CPU_INT8=0 turns it off.
-  if (!kernels::cpu::int8_kernel_name(kernels::cpu::active_isa()).empty()) {
-    EXPECT_NE(test::run_lmx("--version").out.find(" + int8 "), std::string::npos);
-    const auto off = test::run_lmx_env("LMX_CPU_INT8=0", "--version");
-    EXPECT_EQ(off.out.find(" + int8 "), std::string::npos) << off.out;
-    const auto f1 = test::run_lmx_env("LMX_CPU_INT8=0", args);
-    const auto f2 = test::run_lmx_env("LMX_CPU_INT8=0 LMX_CPU_THREADS=1", args);
-    ASSERT_EQ(f1.exit_code, 0) << f1.err;
-    EXPECT_EQ(f1.out, f2.out);
-  }
-  // The packed int8 kernel is on by default where it exists; LMX_CPU_PACK=0 keeps MLX's layout.
-  if (kernels::cpu::int8_packed(kernels::cpu::active_isa())) {
-    EXPECT_NE(test::run_lmx("--version").out.find(" packed (all rows)"), std::string::npos);
-    const auto off = test::run_lmx_env("LMX_CPU_PACK=0", "--version");
-    EXPECT_EQ(off.out.find(" packed"), std::string::npos) << off.out;
-    const auto p1 = test::run_lmx_env("LMX_CPU_PACK=0", args);
-    const auto p2 = test::run_lmx_env("LMX_CPU_PACK=0 LMX_CPU_THREADS=1", args);
-    ASSERT_EQ(p1.exit_code, 0) << p1.err;
-    EXPECT_EQ(p1.out, p2.out);
-  }
+  // Where on by default, the --version line names the path, and `off` (an environment setting)
+  // drops the name and gives the same text for 1 and 2 threads.
+  auto switchable = [&](bool on, const std::string& name, const std::string& off) {
+    if (!on) return;
+    EXPECT_NE(test::run_lmx("--version").out.find(name), std::string::npos) << name;
+    const auto v = test::run_lmx_env(off, "--version");
+    EXPECT_EQ(v.out.find(name), std::string::npos) << v.out;
+    const auto r1 = test::run_lmx_env(off, args);
+    const auto r2 = test::run_lmx_env(off + " LMX_CPU_THREADS=1", args);
+    ASSERT_EQ(r1.exit_code, 0) << r1.err;
+    EXPECT_EQ(r1.out, r2.out) << off;
+  };
+  namespace kc = kernels::cpu;
+  // The int8 path where a VNNI kernel exists; the packed layout where its kernel exists.
+  switchable(!kc::int8_kernel_name(kc::active_isa()).empty(), " + int8 ", "LMX_CPU_INT8=0");
+  switchable(kc::int8_packed(kc::active_isa()), " packed (all rows)", "LMX_CPU_PACK=0");
   const auto badp = test::run_lmx_env("LMX_CPU_PACK=yes", args);
   EXPECT_EQ(badp.exit_code, 1);
   EXPECT_NE(badp.err.find("expected 0 or 1"), std::string::npos) << badp.err;

@@ -57,29 +57,27 @@ class Tiers : public ::testing::TestWithParam<std::string> {
     ASSERT_TRUE(fast_.cpu_kernels) << "the default load must select tier L3 on the CPU";
     vocab_ = exact_.info.config.at("vocab_size").get<int>();
   }
+  // The teacher-forced gate over one 512-token forward.
+  void gate_one_forward() {
+    const auto tokens = test::random_tokens(512, vocab_, std::hash<std::string>{}(GetParam()));
+    const auto r = test::compare_teacher_forced(*exact_.model, *fast_.model, tokens);
+    EXPECT_GT(r.max_abs_diff, 0)
+        << "L3 ran exactly L1's ops: no layer of this row is on the kernels";
+    EXPECT_LE(r.mean_kl, 1e-3);
+    EXPECT_GE(r.top1_agree, 0.98);
+    RecordProperty("mean_kl", std::to_string(r.mean_kl));
+  }
   fs::path dir_;
   LoadedWeights exact_, fast_;
   int vocab_ = 0;
 };
 
-TEST_P(Tiers, TeacherForcedDistributionsAgree) {
-  const auto tokens = test::random_tokens(512, vocab_, std::hash<std::string>{}(GetParam()));
-  const auto r = test::compare_teacher_forced(*exact_.model, *fast_.model, tokens);
-  EXPECT_GT(r.max_abs_diff, 0) << "L3 ran exactly L1's ops: no layer of this row is on the kernels";
-  EXPECT_LE(r.mean_kl, 1e-3);
-  EXPECT_GE(r.top1_agree, 0.98);
-  RecordProperty("mean_kl", std::to_string(r.mean_kl));
-}
+TEST_P(Tiers, TeacherForcedDistributionsAgree) { gate_one_forward(); }
 
 // The same gate on MLX's weight layout: the float32 kernel for the full-sequence calls.
 TEST_P(Tiers, TeacherForcedOnTheFloatKernelAgree) {
   const test::MlxLayoutScope mlx_layout;
-  const auto tokens = test::random_tokens(512, vocab_, std::hash<std::string>{}(GetParam()));
-  const auto r = test::compare_teacher_forced(*exact_.model, *fast_.model, tokens);
-  EXPECT_GT(r.max_abs_diff, 0) << "L3 ran exactly L1's ops: no layer of this row is on the kernels";
-  EXPECT_LE(r.mean_kl, 1e-3);
-  EXPECT_GE(r.top1_agree, 0.98);
-  RecordProperty("mean_kl", std::to_string(r.mean_kl));
+  gate_one_forward();
 }
 
 // The same gate through decode-sized calls (1 to kInt8MaxRows tokens a step), where the kernels
