@@ -71,7 +71,10 @@ Linear Linear::load(WeightStore& w, const std::string& path, int in, int out, bo
   if (has_bias) l.bias = w.take(path + ".bias", {out});
   // Before compacting: DoRA dequantizes the checkpoint's scales itself.
   if (w.adapters()) l.adapters = w.adapters()->linear(path, l, in, out);
-  if (l.cpu_kernel) compact_scales(*l.scales, *l.biases);
+  if (l.cpu_kernel) {
+    compact_scales(*l.scales, *l.biases);
+    kernels::cpu::prepack(l.weight, *l.scales, *l.biases, l.quant->group_size, l.quant->bits);
+  }
   return l;
 }
 

@@ -390,6 +390,16 @@ const unsigned char* packed_weight(const QWeight& w) {
   return cache.emplace(w.w, std::move(p)).first->second.data->p;
 }
 
+void prepack(const mx::array& w, const mx::array& scales, const mx::array& biases, int group_size,
+             int bits) {
+  if ((bits != 4 && bits != 8) || int8_mode() == Int8Mode::off || !int8_packed(active_isa()))
+    return;
+  mx::eval(w, scales, biases);
+  // Other layouts keep the kernel's own error at the first call.
+  if (w.flags().row_contiguous && scales.flags().row_contiguous && biases.flags().row_contiguous)
+    packed_weight(qweight(w, scales, biases, group_size, bits));
+}
+
 namespace {
 
 void qmm_i8(int n, const QWeight* ws, const float* x, int M, float* const* outs, Isa isa) {

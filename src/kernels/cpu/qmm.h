@@ -80,6 +80,11 @@ IsaKernels kernels_for(Isa isa);  // an error when the CPU or the build lacks it
 // w's packed copy (qmm_args.h kPackRows), made on first use and kept while w.owner lives; a
 // weight 4- or 8-bit with its group size dividing K.
 const unsigned char* packed_weight(const QWeight& w);
+// Makes the packed copy now (a load, not the first call) where this layer's calls will use it:
+// the int8 path on, the packed kernel for active_isa(), 4- or 8-bit weights. Evaluates w, scales
+// and biases.
+void prepack(const mx::array& w, const mx::array& scales, const mx::array& biases, int group_size,
+             int bits);
 // x (M, K) float32, row-major -> out (M, N) float32, spread over the thread pool; through the
 // int8 path when `int8` selects it for M rows and the layout and CPU allow it.
 void qmm_f32(const QWeight& w, const float* x, int M, float* out, Isa isa, Int8Mode int8);
