@@ -291,11 +291,8 @@ void for_rows(int n, const QWeight* ws, int M, const Fn& fn) {
 }
 
 long packed_bytes(const QWeight& w) {
-  const long ss = w.scale_type == ScaleType::f32 ? 4 : 2;
   const long blocks = (w.N + kPackRows - 1) / kPackRows;
-  const long groups = w.K / w.group_size;
-  return blocks * groups *
-         (static_cast<long>(kPackRows) * w.group_size * w.bits / 8 + 2L * kPackRows * ss);
+  return blocks * (w.K / w.group_size) * pack_group_bytes(w.group_size, w.bits, w.scale_type);
 }
 
 // Nibbles 0-3 of x -> the low nibbles of bytes 0-3.
@@ -305,10 +302,10 @@ uint32_t spread_nibbles(uint32_t x) {
 
 // MLX's layout -> the packed one (QmmI8Kernel::packed_rows), one block of rows per task.
 void pack(const QWeight& w, unsigned char* out) {
-  const long ss = w.scale_type == ScaleType::f32 ? 4 : 2;
+  const long ss = scale_bytes(w.scale_type);
   const int groups = w.K / w.group_size;
-  const long wbytes = static_cast<long>(kPackRows) * w.group_size * w.bits / 8;
-  const long gbytes = wbytes + 2L * kPackRows * ss;
+  const long wbytes = pack_weight_bytes(w.group_size, w.bits);
+  const long gbytes = pack_group_bytes(w.group_size, w.bits, w.scale_type);
   const long row_bytes = static_cast<long>(w.K) * w.bits / 8;
   const int blocks = (w.N + kPackRows - 1) / kPackRows;
   parallel_for(blocks, [&](int b) {
@@ -405,41 +402,27 @@ namespace {
 void qmm_i8(int n, const QWeight* ws, const float* x, int M, float* const* outs, Isa isa) {
   const QWeight& w = ws[0];
   const QmmI8Kernel kernel = i8_kernel(isa);
-  if (kernel.packed_rows && packing()) {
-    thread_local I8Rows xq;
-    xq.q.resize(static_cast<size_t>(M) * 2 * w.K);
-    xq.d.resize(static_cast<size_t>(M) * (w.K / 32));
-    xq.sum.resize(static_cast<size_t>(M) * (w.K / w.group_size));
-    xq.bsum.resize(w.K / 32);
-    // bits = 8: xq in input order, the packed layout's.
-    kernel.quantize(x, M, w.K, w.group_size, 8, xq.q.data(), xq.d.data(), xq.sum.data(),
-                    xq.bsum.data());
-    std::vector<QmmI8Args> args(n);
-    for (int i = 0; i < n; ++i) {
-      QmmI8Args& a = args[i];
-      set_weight(a, ws[i], M, outs[i]);
-      a.w = packed_weight(ws[i]);
-      a.xq = xq.q.data();
-      a.xd = xq.d.data();
-      a.xsum = xq.sum.data();
-    }
-    for_rows(n, ws, M, [&](int i, int n0, int n1) { kernel.packed_rows(args[i], n0, n1); });
-    return;
-  }
+  const bool packed = kernel.packed_rows && packing();
   thread_local I8Rows xq;  // reused across calls: a decode step makes hundreds
   xq.q.resize(static_cast<size_t>(M) * 2 * w.K);
   xq.d.resize(static_cast<size_t>(M) * (w.K / 32));
   xq.sum.resize(static_cast<size_t>(M) * (w.K / w.group_size));
   xq.bsum.resize(w.K / 32);
-  kernel.quantize(x, M, w.K, w.group_size, w.bits, xq.q.data(), xq.d.data(), xq.sum.data(),
-                  xq.bsum.data());
+  // The packed layout takes xq in input order, as 8-bit weights do.
+  kernel.quantize(x, M, w.K, w.group_size, packed ? 8 : w.bits, xq.q.data(), xq.d.data(),
+                  xq.sum.data(), xq.bsum.data());
   std::vector<QmmI8Args> args(n);
   for (int i = 0; i < n; ++i) {
     QmmI8Args& a = args[i];
     set_weight(a, ws[i], M, outs[i]);
+    if (packed) a.w = packed_weight(ws[i]);
     a.xq = xq.q.data();
     a.xd = xq.d.data();
     a.xsum = xq.sum.data();
+  }
+  if (packed) {
+    for_rows(n, ws, M, [&](int i, int n0, int n1) { kernel.packed_rows(args[i], n0, n1); });
+    return;
   }
   for_rows(n, ws, M, [&](int i, int n0, int n1) {
     thread_local std::vector<float> sbuf;

@@ -85,6 +85,14 @@ using QuantizeXFn = void (*)(const float* x, int M, int K, int group_size, int b
 // kPackRows scales and kPackRows biases in the scale type. Each int32 lane of a vpdpbusd then
 // sums one row, so no horizontal sums and no scale broadcasts are needed.
 constexpr int kPackRows = 16;
+inline long scale_bytes(ScaleType t) { return t == ScaleType::f32 ? 4 : 2; }
+// One group of one block: its weights, then kPackRows scales and kPackRows biases.
+inline long pack_weight_bytes(int group_size, int bits) {
+  return static_cast<long>(kPackRows) * group_size * bits / 8;
+}
+inline long pack_group_bytes(int group_size, int bits, ScaleType t) {
+  return pack_weight_bytes(group_size, bits) + 2L * kPackRows * scale_bytes(t);
+}
 // Rows [n0, n1) of the output for every m, n0 a multiple of kPackRows, with QmmI8Args::w the
 // packed layout (scales and biases unused) and xq in input order (quantize with bits = 8).
 using QmmI8PackedRowsFn = void (*)(const QmmI8Args& a, int n0, int n1);

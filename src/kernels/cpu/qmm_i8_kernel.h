@@ -345,9 +345,9 @@ inline __m512i bcast4(const signed char* p) {
 template <int BITS>
 inline void packed_pass(const QmmI8Args& a, const unsigned char* blk, int m, int nb) {
   const int groups = a.K / a.group_size;
-  const long ss = a.scale_type == ScaleType::f32 ? 4 : 2;
-  const long wbytes = static_cast<long>(kPackRows) * a.group_size * BITS / 8;
-  const long gbytes = wbytes + 2L * kPackRows * ss;
+  const long ss = scale_bytes(a.scale_type);
+  const long wbytes = pack_weight_bytes(a.group_size, BITS);
+  const long gbytes = pack_group_bytes(a.group_size, BITS, a.scale_type);
   const signed char* q1 = a.xq + static_cast<long>(m) * 2 * a.K;
   const signed char* q2 = q1 + a.K;
   const float* xd = a.xd + static_cast<long>(m) * (a.K / 32);
@@ -398,10 +398,8 @@ inline void packed_pass(const QmmI8Args& a, const unsigned char* blk, int m, int
 // Rows [n0, n1) (n0 a multiple of kPackRows) for every m, from the packed layout at a.w.
 template <int BITS>
 inline void packed_impl(const QmmI8Args& a, int n0, int n1) {
-  const long ss = a.scale_type == ScaleType::f32 ? 4 : 2;
   const long block_bytes =
-      (a.K / a.group_size) *
-      (static_cast<long>(kPackRows) * a.group_size * BITS / 8 + 2L * kPackRows * ss);
+      (a.K / a.group_size) * pack_group_bytes(a.group_size, BITS, a.scale_type);
   for (int nb = n0; nb < n1; nb += kPackRows) {
     const unsigned char* blk = a.w + (nb / kPackRows) * block_bytes;
     for (int m = 0; m < a.M; ++m) packed_pass<BITS>(a, blk, m, nb);
