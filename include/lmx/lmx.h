@@ -8,6 +8,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -193,6 +194,8 @@ class LanguageModel {
   std::vector<std::vector<float>> embed_texts(const std::vector<std::string>& texts);
 
   struct Impl;
+  // The loaded state, for the library's own modules (Impl is defined in src/engine).
+  Impl& impl() const { return *impl_; }
 
  private:
   friend class Session;
@@ -216,6 +219,75 @@ class Session {
   int cached_tokens() const;  // tokens whose keys and values the cache holds now
   int reused_tokens() const;  // prompt tokens the last generate() took from the cache
   void reset();               // drop the cache
+
+ private:
+  struct State;
+  std::unique_ptr<State> s_;
+};
+
+// One token of a scheduled request.
+struct StreamToken {
+  int token;  // -1: a last call flushing held-back text
+  std::string_view text;
+  float logprob = 0;                       // with StreamRequest::top_logprobs >= 0
+  std::vector<std::pair<int, float>> top;  // the top_logprobs best alternatives, best first
+};
+
+struct StreamResult {
+  std::string finish_reason;  // "stop" (EOS), "length", "cancelled" or "error"
+  std::string error;          // what failed, with "error"
+  GenerationStats stats;
+  size_t cached_tokens = 0;  // prompt tokens taken from the prompt cache
+};
+
+struct StreamRequest {
+  std::vector<int> prompt;
+  GenerateOptions options;  // per row: sampler and seed, processors, constraint, max_tokens...
+  int top_logprobs = -1;    // >= 0: the sampled token's log-probability and this many best
+  // Both are called on the scheduler's thread. on_token returning false ends the request
+  // ("cancelled"); on_done is called exactly once, last.
+  std::function<bool(const StreamToken&)> on_token;
+  std::function<void(const StreamResult&)> on_done;
+};
+
+struct SchedulerOptions {
+  int max_batch = 0;              // rows decoded together; 0: 16 on the CPU, 64 on a GPU
+  int prompt_concurrency = 1;     // joining prompts prefilled per step
+  int prefill_step_size = 512;    // prompt tokens a joining row prefills per step
+  int max_queue = 0;              // waiting requests past which submit refuses; 0: no limit
+  size_t prompt_cache_entries = 10;
+  std::optional<size_t> prompt_cache_bytes = std::nullopt;
+  std::string cache_key = {};  // names the weights in the prompt cache (model and adapter)
+};
+
+// submit() past SchedulerOptions::max_queue.
+class QueueFullError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Continuous batching (docs/batching.md): requests join and leave between decode steps; a
+// joiner's prompt is prefilled in chunks between the running rows' steps; every row keeps its
+// own KV cache (any cache type) and sampler, and a step decodes all rows in one forward. A row
+// computes exactly what it computes alone in tier L1. One thread owns the model while the
+// scheduler lives: run other MLX work on it through run().
+class Scheduler {
+ public:
+  explicit Scheduler(LanguageModel& model, SchedulerOptions options = {});
+  ~Scheduler();  // ends every request ("cancelled") and joins the thread
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  // Queues a request and returns its id. Throws lmx::Error for an invalid request (as
+  // LanguageModel::generate) and QueueFullError past max_queue.
+  uint64_t submit(StreamRequest request);
+  // Ends a queued or running request ("cancelled") before its next token; any thread.
+  void cancel(uint64_t id);
+  // Runs fn on the scheduler's thread between two steps and waits for it; rethrows its error.
+  void run(const std::function<void()>& fn);
+  int waiting() const;  // queued, not yet admitted
+  int active() const;   // rows prefilling or decoding
+  int max_batch() const;
 
  private:
   struct State;

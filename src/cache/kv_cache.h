@@ -17,7 +17,9 @@ namespace mx = mlx::core;
 struct Mask {
   std::string mode;  // "" or "causal"
   std::optional<mx::array> array;
-  bool none() const { return mode.empty() && !array; }
+  // A batch of independent rows (RowsKVCache): each row's own mask, mode and array unused.
+  std::vector<Mask> rows = {};
+  bool none() const { return mode.empty() && !array && rows.empty(); }
 };
 
 // create_causal_mask(N, offset, window): bool (N, offset + N), true = attend.

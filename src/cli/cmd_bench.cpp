@@ -1,5 +1,7 @@
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
+#include <future>
 #include <random>
 #include <string>
 #include <utility>
@@ -111,6 +113,88 @@ void print_result(const std::string& dir, const LanguageModel& model, const Gene
   }
 }
 
+// "1,4,16": the concurrency levels of one --concurrency run.
+std::vector<int> parse_levels(const std::string& spec) {
+  std::vector<int> out;
+  size_t pos = 0;
+  while (pos <= spec.size()) {
+    const size_t end = std::min(spec.find(',', pos), spec.size());
+    const std::string item = spec.substr(pos, end - pos);
+    size_t used = 0;
+    int n = 0;
+    try {
+      n = std::stoi(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    check(used == item.size() && used > 0 && n > 0, "lmx bench",
+          "--concurrency expects positive integers separated by commas, got '", item, "'");
+    out.push_back(n);
+    pos = end + 1;
+  }
+  return out;
+}
+
+double percentile(std::vector<double> v, double q) {
+  std::sort(v.begin(), v.end());
+  const size_t i = std::min(v.size() - 1, static_cast<size_t>(q * (v.size() - 1) + 0.5));
+  return v[i];
+}
+
+struct ConcurrencyResult {
+  double seconds = 0;         // first submit to last token
+  double aggregate_tps = 0;   // generated tokens of all streams over `seconds`
+  double per_stream_tps = 0;  // mean of each stream's decode rate
+  double ttft_p50 = 0, ttft_p99 = 0;
+  size_t peak = 0;
+};
+
+// n streams submitted at once to a scheduler of n rows: each a random prompt of prompt_tokens
+// and gen_tokens decode steps ignoring EOS (as bench_one), distinct prompts per stream.
+ConcurrencyResult bench_concurrent(LanguageModel& model, const GenerateOptions& base, int n,
+                                   int prompt_tokens, int gen_tokens, uint32_t seed,
+                                   int prefill_step) {
+  using Clock = std::chrono::steady_clock;
+  Scheduler s(model, {.max_batch = n,
+                      .prompt_concurrency = 1,
+                      .prefill_step_size = prefill_step,
+                      .prompt_cache_entries = 0});
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> dist(0, model.vocab_size() - 1);
+  std::vector<Clock::time_point> first(n);
+  std::vector<std::promise<StreamResult>> done(n);
+  const Clock::time_point t0 = Clock::now();
+  for (int i = 0; i < n; ++i) {
+    StreamRequest r;
+    r.prompt.resize(prompt_tokens);
+    for (int& t : r.prompt) t = dist(rng);
+    r.options = base;
+    r.options.max_tokens = gen_tokens;
+    r.options.ignore_eos = true;
+    r.on_token = [&first, i, got = false](const StreamToken& t) mutable {
+      if (!got && t.token >= 0) first[i] = Clock::now();
+      got = got || t.token >= 0;
+      return true;
+    };
+    r.on_done = [&done, i](const StreamResult& res) { done[i].set_value(res); };
+    s.submit(std::move(r));
+  }
+  ConcurrencyResult out;
+  std::vector<double> ttft;
+  for (int i = 0; i < n; ++i) {
+    const StreamResult res = done[i].get_future().get();
+    check(res.error.empty(), "lmx bench", "stream ", i, " failed: ", res.error);
+    out.per_stream_tps += res.stats.generation_tps() / n;
+    out.peak = std::max(out.peak, res.stats.peak_memory);
+    ttft.push_back(std::chrono::duration<double>(first[i] - t0).count());
+  }
+  out.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  out.aggregate_tps = static_cast<double>(n) * gen_tokens / out.seconds;
+  out.ttft_p50 = percentile(ttft, 0.5);
+  out.ttft_p99 = percentile(ttft, 0.99);
+  return out;
+}
+
 }  // namespace
 
 int cmd_bench(const Args& args) {
@@ -121,6 +205,12 @@ int cmd_bench(const Args& args) {
       {"workloads", "several runs on one load: PROMPT:GEN pairs, e.g. 16:128,2048:1 (JSON lines)",
        false, "LIST"},
       {"trials", "measured runs after one warm-up", false, "N", "3"},
+      {"concurrency",
+       "continuous batching: for each N of a list like 1,4,16, N streams at once (aggregate and "
+       "per-stream tok/s, TTFT p50/p99)",
+       false, "LIST"},
+      {"prefill-step-size", "with --concurrency: prompt tokens a joiner prefills per step", false,
+       "N", "512"},
       {"seed", "seed of the random prompt", false, "S", "0"},
       {"json", "print one JSON line instead of text", true},
       {"exact", "tier L1: stock MLX ops, bit-exact with mlx-lm (default: the fast tier L3)", true},
@@ -154,6 +244,39 @@ int cmd_bench(const Args& args) {
   GenerateOptions opt;
   set_kv_cache_options(f, model, opt);
   const auto seed = static_cast<uint32_t>(f.integer("seed", 0));
+  if (f.has("concurrency")) {
+    check(tp == 1, "lmx bench", "--concurrency runs one process, expected no --tp");
+    const int step = f.integer("prefill-step-size", 512);
+    check(step > 0, "lmx bench", "--prefill-step-size must be > 0, got ", step);
+    bench_concurrent(model, opt, 1, std::min(prompt_tokens, 16), 8, seed, step);  // warm-up
+    for (int n : parse_levels(f.str("concurrency"))) {
+      const ConcurrencyResult r =
+          bench_concurrent(model, opt, n, prompt_tokens, gen_tokens, seed, step);
+      if (as_json) {
+        json j = {{"model", dir},
+                  {"backend", backend_description()},
+                  {"tier", model.tier()},
+                  {"concurrency", n},
+                  {"prompt_tokens", prompt_tokens},
+                  {"gen_tokens", gen_tokens},
+                  {"seconds", r.seconds},
+                  {"aggregate_tps", r.aggregate_tps},
+                  {"per_stream_tps", r.per_stream_tps},
+                  {"ttft_p50_s", r.ttft_p50},
+                  {"ttft_p99_s", r.ttft_p99},
+                  {"peak_memory_gb", r.peak / 1e9}};
+        std::printf("%s\n", j.dump().c_str());
+      } else {
+        std::printf(
+            "concurrency %d: %d x (%d prompt + %d generated) tokens in %.2f s; aggregate %.1f "
+            "tok/s, per stream %.1f tok/s; TTFT p50 %.3f s, p99 %.3f s; peak %.3f GB\n",
+            n, n, prompt_tokens, gen_tokens, r.seconds, r.aggregate_tps, r.per_stream_tps,
+            r.ttft_p50, r.ttft_p99, r.peak / 1e9);
+      }
+      std::fflush(stdout);
+    }
+    return 0;
+  }
   for (const auto& [p, g] : runs) {
     const BenchResult r = bench_one(model, opt, p, g, trials, seed);
     print_result(dir, model, opt, p, g, r, as_json, tp, f.str("adapter-path"));

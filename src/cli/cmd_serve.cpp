@@ -32,7 +32,15 @@ int cmd_serve(const Args& args) {
               {"max-body-bytes", "largest request body accepted", false, "N", "33554432"},
               {"prompt-cache-size", "prompt cache entries kept", false, "N", "10"},
               {"prompt-cache-bytes", "byte cap of the prompt cache", false, "N", "unlimited"},
-              {"prefill-step-size", "prompt tokens per prefill chunk", false, "N", "2048"},
+              {"prefill-step-size",
+               "prompt tokens a joining request prefills between two decode steps", false, "N",
+               "512"},
+              {"max-batch", "requests decoded together (continuous batching)", false, "N",
+               "16 on the CPU, 64 on a GPU"},
+              {"decode-concurrency", "mlx_lm.server's name for --max-batch", false, "N"},
+              {"prompt-concurrency", "joining prompts prefilled at once", false, "N", "1"},
+              {"max-queue", "requests waiting past which the server answers 429", false, "N",
+               "unlimited"},
               {"http-threads", "HTTP worker threads", false, "N", "32"},
               {"exact", "tier L1: stock MLX ops, bit-exact with mlx-lm (default: the fast tier L3)",
                true},
@@ -55,7 +63,23 @@ int cmd_serve(const Args& args) {
   o.defaults.top_p = f.number("top-p", 1.0f);
   o.defaults.top_k = f.integer("top-k", 0);
   o.defaults.min_p = f.number("min-p", 0.0f);
-  o.defaults.prefill_step_size = f.integer("prefill-step-size", 2048);
+  o.defaults.prefill_step_size = f.integer("prefill-step-size", 512);
+  o.scheduler.prefill_step_size = o.defaults.prefill_step_size;
+  check(o.scheduler.prefill_step_size > 0, "serve", "--prefill-step-size must be > 0, got ",
+        o.scheduler.prefill_step_size);
+  check(!(f.has("max-batch") && f.has("decode-concurrency")), "serve",
+        "--max-batch and --decode-concurrency are one setting, expected one of them");
+  o.scheduler.max_batch =
+      f.has("decode-concurrency") ? f.integer("decode-concurrency", 0) : f.integer("max-batch", 0);
+  check(o.scheduler.max_batch >= 0, "serve", "--max-batch must be >= 1 (0: the backend default), got ",
+        o.scheduler.max_batch);
+  o.scheduler.prompt_concurrency = f.integer("prompt-concurrency", 1);
+  check(o.scheduler.prompt_concurrency >= 1, "serve", "--prompt-concurrency must be >= 1, got ",
+        o.scheduler.prompt_concurrency);
+  o.scheduler.max_queue = f.integer("max-queue", 0);
+  check(o.scheduler.max_queue >= 0, "serve", "--max-queue must be >= 0, got ",
+        o.scheduler.max_queue);
+  o.kv_config = f.str("kv-config");
   o.defaults.kv_bits = f.opt_integer("kv-bits");
   o.defaults.kv_group_size = f.integer("kv-group-size", 64);
   o.defaults.quantized_kv_start = f.integer("quantized-kv-start", 5000);

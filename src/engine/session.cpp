@@ -1,7 +1,9 @@
 // lmx::Session: a KV cache kept across generate() calls, reused up to the longest common prefix
-// (what mlx-lm's server and chat do with their prompt caches).
+// (what mlx-lm's server and chat do with their prompt caches), through the same PromptCacheLRU
+// the scheduler uses.
 #include <algorithm>
 
+#include "cache/prompt_cache_lru.h"
 #include "core/error.h"
 #include "engine/model_impl.h"
 
@@ -10,8 +12,9 @@ namespace lmx {
 struct Session::State {
   LanguageModel::Impl* impl;
   LanguageModel* model;
-  Cache cache;
-  std::vector<int> tokens;  // the context whose keys/values are cached (a prefix of what was fed)
+  // The scheduler's prefix reuse with room for one context: this session's.
+  PromptCacheLRU cache{1, std::nullopt};
+  int cached = 0;  // tokens whose keys and values the cache holds
   int reused = 0;
 };
 
@@ -23,12 +26,12 @@ Session::~Session() = default;
 Session::Session(Session&&) noexcept = default;
 Session& Session::operator=(Session&&) noexcept = default;
 
-int Session::cached_tokens() const { return static_cast<int>(s_->tokens.size()); }
+int Session::cached_tokens() const { return s_->cached; }
 int Session::reused_tokens() const { return s_->reused; }
 
 void Session::reset() {
-  s_->cache.clear();
-  s_->tokens.clear();
+  s_->cache = PromptCacheLRU(1, std::nullopt);
+  s_->cached = 0;
   s_->reused = 0;
 }
 
@@ -36,29 +39,27 @@ GenerationStats Session::generate(const std::vector<int>& prompt, const Generate
                                   const std::function<bool(const TokenOutput&)>& on_token) {
   validate_request(*s_->model, prompt, options);
   State& s = *s_;
-  // At least the last prompt token is fed again: its logits start the answer.
+  // At most all but the last prompt token come from the cache: its logits start the answer.
+  Cache cache;
   size_t keep = 0;
-  const size_t limit = std::min(s.tokens.size(), prompt.size() - 1);
-  while (keep < limit && s.tokens[keep] == prompt[keep]) ++keep;
-  // The cache may hold more than `tokens` (the last sampled token is fed before it is returned).
-  bool trimmed = !s.cache.empty();
-  for (auto& c : s.cache) {
-    const int extra = c->offset() - static_cast<int>(keep);
-    if (extra < 0 || (extra > 0 && (!c->is_trimmable() || c->trim(extra) != extra)))
-      trimmed = false;
-  }
-  if (!trimmed) {
-    s.cache = s.impl->loaded.model->make_cache();
-    keep = 0;
+  if (auto hit = s.cache.take("", prompt)) {
+    cache = std::move(hit->cache);
+    keep = hit->reused;
+  } else {
+    cache = s.impl->loaded.model->make_cache();
   }
   s.reused = static_cast<int>(keep);
-  s.tokens.assign(prompt.begin(), prompt.end());
+  s.cached = 0;
+  std::vector<int> tokens(prompt.begin(), prompt.end());
   const std::vector<int> suffix(prompt.begin() + static_cast<std::ptrdiff_t>(keep), prompt.end());
   std::vector<int> generated;
-  GenerationStats stats = stream_generate(*s.impl, s.cache, suffix, options, on_token, &generated);
-  s.tokens.insert(s.tokens.end(), generated.begin(), generated.end());
-  const int offset = s.cache.empty() ? 0 : s.cache.front()->offset();
-  if (static_cast<int>(s.tokens.size()) > offset) s.tokens.resize(static_cast<size_t>(offset));
+  GenerationStats stats = stream_generate(*s.impl, cache, suffix, options, on_token, &generated);
+  tokens.insert(tokens.end(), generated.begin(), generated.end());
+  // The cache may hold one token more than was returned (the step queued ahead), or fewer.
+  const int offset = cache.empty() ? 0 : cache.front()->offset();
+  if (static_cast<int>(tokens.size()) > offset) tokens.resize(static_cast<size_t>(offset));
+  s.cached = static_cast<int>(tokens.size());
+  s.cache.put("", std::move(tokens), std::move(cache));
   stats.prompt_tokens = static_cast<int>(suffix.size());
   return stats;
 }

@@ -22,11 +22,7 @@ TokenGenerator::TokenGenerator(Model& model, Cache& cache, std::vector<int> prom
                                GenerateOptions options)
     : model_(model), cache_(cache), opt_(std::move(options)) {
   check(!prompt.empty(), "generate", "the prompt is empty, expected at least one token");
-  check(opt_.prefill_step_size > 0, "generate", "prefill_step_size must be > 0");
-  validate(opt_.processors);
-  if (opt_.kv_bits) QuantizedKVCache::validate(opt_.kv_group_size, *opt_.kv_bits);
-  if (opt_.kv_config)
-    validate_kv_config(*opt_.kv_config, static_cast<int>(cache_.size()), "generate: kv_config");
+  validate_generation(opt_, static_cast<int>(cache_.size()));
   if (opt_.seed) mx::random::seed(*opt_.seed);
   start_ = Clock::now();
   stats_.prompt_tokens = static_cast<int>(prompt.size());
@@ -36,16 +32,9 @@ TokenGenerator::TokenGenerator(Model& model, Cache& cache, std::vector<int> prom
   const int total = static_cast<int>(prompt.size());
   while (total - done > 1) {
     const int n = std::min(opt_.prefill_step_size, total - done - 1);
-    mx::array chunk = mx::slice(tokens, {done}, {done + n});
-    model_(mx::expand_dims(chunk, 0), cache_);
-    maybe_quantize_kv_cache(cache_, opt_);
-    std::vector<mx::array> state;
-    for (auto& c : cache_)
-      for (auto& a : c->state()) state.push_back(a);
-    mx::eval(state);
-    if (opt_.processors.any()) history_ = history_ ? mx::concatenate({*history_, chunk}) : chunk;
+    prefill_chunk(mx::expand_dims(mx::slice(tokens, {done}, {done + n}), 0), cache_, opt_,
+                  history_, [&](const mx::array& t) { return model_(t, cache_); });
     done += n;
-    mx::clear_cache();
   }
   auto [y, lp] = step(mx::slice(tokens, {done}, {total}), /*generated=*/false);
   mx::async_eval({y, lp});
@@ -65,23 +54,47 @@ std::pair<mx::array, mx::array> TokenGenerator::step(const mx::array& input, boo
   const int L = logits.shape(1), V = logits.shape(2);
   logits =
       mx::reshape(mx::slice(logits, {0, L - 1, 0}, {logits.shape(0), L, V}), {logits.shape(0), V});
-  if (opt_.processors.any()) {
-    history_ = history_ ? mx::concatenate({*history_, input}) : input;
-    logits = process_logits(*history_, logits, opt_.processors);
+  return sample_next(model_, logits, input, generated, cache_, opt_, history_);
+}
+
+void prefill_chunk(const mx::array& chunk, Cache& cache, const GenerateOptions& opt,
+                   std::optional<mx::array>& history,
+                   const std::function<mx::array(const mx::array&)>& forward) {
+  forward(chunk);
+  maybe_quantize_kv_cache(cache, opt);
+  std::vector<mx::array> state;
+  for (auto& c : cache)
+    for (auto& a : c->state()) state.push_back(a);
+  mx::eval(state);
+  if (opt.processors.any()) {
+    mx::array t = mx::reshape(chunk, {-1});
+    history = history ? mx::concatenate({*history, t}) : t;
   }
-  if (opt_.constraint) {
+  mx::clear_cache();
+}
+
+std::pair<mx::array, mx::array> sample_next(const Model& model, mx::array logits,
+                                            const mx::array& input, bool generated, Cache& cache,
+                                            const GenerateOptions& opt,
+                                            std::optional<mx::array>& history,
+                                            const std::optional<mx::array>& key) {
+  if (opt.processors.any()) {
+    history = history ? mx::concatenate({*history, input}) : input;
+    logits = process_logits(*history, logits, opt.processors);
+  }
+  if (opt.constraint) {
     // The mask depends on the token just sampled, read here on the host (outside the model).
     // Queuing the forward first to overlap it with the mask crashed the process about once in 15
     // runs under the CPU tier L3 (heap corruption, not yet understood), so nothing is overlapped.
-    if (generated) opt_.constraint->accept(input.item<int>());
-    logits = constrain::apply_constraint(logits, *opt_.constraint);
+    if (generated) opt.constraint->accept(input.item<int>());
+    logits = constrain::apply_constraint(logits, *opt.constraint);
   }
-  maybe_quantize_kv_cache(cache_, opt_);
+  maybe_quantize_kv_cache(cache, opt);
   // mlx-lm's logits - logsumexp(logits); tier L3 takes its vectorized, threaded kernel.
-  mx::array logprobs = model_.cpu_kernels()
+  mx::array logprobs = model.cpu_kernels()
                            ? kernels::cpu::log_softmax(logits)
                            : mx::subtract(logits, mx::logsumexp(logits, -1, /*keepdims=*/true));
-  mx::array sampled = sample(logprobs, opt_.sampler);
+  mx::array sampled = sample(logprobs, opt.sampler, key);
   return {sampled, mx::squeeze(logprobs, 0)};
 }
 
@@ -113,6 +126,13 @@ std::optional<Step> TokenGenerator::next() {
     logprobs_.reset();
   }
   return out;
+}
+
+void validate_generation(const GenerateOptions& opt, int num_caches) {
+  check(opt.prefill_step_size > 0, "generate", "prefill_step_size must be > 0");
+  validate(opt.processors);
+  if (opt.kv_bits) QuantizedKVCache::validate(opt.kv_group_size, *opt.kv_bits);
+  if (opt.kv_config) validate_kv_config(*opt.kv_config, num_caches, "generate: kv_config");
 }
 
 void maybe_quantize_kv_cache(Cache& cache, const GenerateOptions& options) {

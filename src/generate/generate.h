@@ -44,6 +44,27 @@ class TokenGenerator {
   std::chrono::steady_clock::time_point start_, first_token_;
 };
 
+// Checks what TokenGenerator takes beyond the sampler: prefill step, processors, KV bits and the
+// per-layer kv_config of a model with num_caches layer caches. Throws lmx::Error.
+void validate_generation(const GenerateOptions& options, int num_caches);
+
+// One prefill chunk of generate_step: `forward` runs `chunk` (1, n) into `cache`, which is then
+// quantized as the options say and evaluated; `history` (the logits processors' tokens) grows
+// by the chunk.
+void prefill_chunk(const mx::array& chunk, Cache& cache, const GenerateOptions& options,
+                   std::optional<mx::array>& history,
+                   const std::function<mx::array(const mx::array&)>& forward);
+
+// The token loop after the forward, for one row: logits (1, V) of its last position ->
+// processors (history grows by `input`, the token just fed), the constraint (told `input` when it
+// was generated), maybe_quantize_kv_cache, log-probabilities and the sample (drawn with `key`
+// when given). Returns the token (1,) and the log-probabilities (V,).
+std::pair<mx::array, mx::array> sample_next(const Model& model, mx::array logits,
+                                            const mx::array& input, bool generated, Cache& cache,
+                                            const GenerateOptions& options,
+                                            std::optional<mx::array>& history,
+                                            const std::optional<mx::array>& key = std::nullopt);
+
 // mlx-lm's maybe_quantize_kv_cache: with kv_bits set, every cache that has a quantized form and
 // holds >= quantized_kv_start tokens is replaced by it. A layer listed in kv_config is instead
 // quantized at its own bits once its cache holds a token. Sliding-window caches become

@@ -112,8 +112,8 @@ struct Attention {
     mx::array q = q_norm(nn::split_heads(q_proj(x), n_heads));
     mx::array k = k_norm(nn::split_heads(k_proj(x), n_kv_heads));
     mx::array v = nn::split_heads(v_proj(x), n_kv_heads);
-    q = rope(q, cache.offset());
-    k = rope(k, cache.offset());
+    q = rope(q, cache);
+    k = rope(k, cache);
     return o_proj(nn::merge_heads(nn::cached_attention(q, k, v, cache, scale, mask)));
   }
 };

@@ -136,6 +136,7 @@ class Gemma4Text : public Model {
   }
 
   int num_layers() const override { return static_cast<int>(layers_.size()); }
+  bool batches_rows() const override { return false; }
 
  private:
   // create_attention_mask(h, None, window) for a first-of-its-type layer without a cache.

@@ -113,6 +113,9 @@ class Model {
   virtual mx::array hidden(const mx::array& tokens, Cache& cache) = 0;
   virtual Cache make_cache() const;
   virtual int num_layers() const = 0;
+  // Takes a batch of independent rows (cache/rows_cache.h) in one forward. Models whose layers
+  // pass K/V between them (gemma4's KV sharing) step rows one at a time instead.
+  virtual bool batches_rows() const { return true; }
 
  protected:
   HiddenTap* tap_ = nullptr;

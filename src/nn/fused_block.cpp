@@ -3,6 +3,7 @@
 // between them; over a plain KV cache the whole layer, attention and cache write included, is a
 // single primitive. Layers with LoRA adapters, biases outside Q/K/V or a RoPE with a frequency
 // table run the op-by-op path.
+#include "cache/rows_cache.h"
 #include "kernels/cpu/fused.h"
 #include "nn/transformer.h"
 
@@ -27,7 +28,9 @@ std::optional<mx::array> DecoderBlock::fused(const mx::array& x, const Mask& mas
   const bool ok = fusable(a.q_proj, true) && fusable(a.k_proj, true) && fusable(a.v_proj, true) &&
                   fusable(a.o_proj, false) && fusable(mlp.gate_proj, false) &&
                   fusable(mlp.up_proj, false) && fusable(mlp.down_proj, false) && r.base &&
-                  !r.freqs && !r.dynamic && r.mscale == 1.0f && x.ndim() == 3;
+                  !r.freqs && !r.dynamic && r.mscale == 1.0f && x.ndim() == 3 &&
+                  // The kernels take one position: batched rows (RowsKVCache) run op by op.
+                  !dynamic_cast<const RowsKVCache*>(&cache);
   if (!ok) return std::nullopt;
   kernels::cpu::QkvSpec spec{a.opt.n_heads,
                              a.opt.n_kv_heads,

@@ -4,12 +4,21 @@
 #include <limits>
 #include <numbers>
 
+#include "cache/rows_cache.h"
 #include "core/error.h"
 #include "kernels/cpu/qmm.h"
 
 namespace lmx::nn {
 
 namespace {
+
+// x[b:b + 1] along the batch axis.
+mx::array row_of(const mx::array& x, int b) {
+  mx::Shape start(x.ndim(), 0), stop = x.shape();
+  start[0] = b;
+  stop[0] = b + 1;
+  return mx::slice(x, start, stop);
+}
 
 mx::Shape packed_shape(int out, int in, const QuantSpec& q) { return {out, in * q.bits / 32}; }
 
@@ -167,6 +176,20 @@ LayerNorm LayerNorm::load(WeightStore& w, const std::string& path, int dims, flo
 
 mx::array LayerNorm::operator()(const mx::array& x) const {
   return mx::fast::layer_norm(x, weight, bias, eps);
+}
+
+mx::array RoPE::operator()(const mx::array& x, const KVCacheBase& cache) const {
+  const auto* rows = dynamic_cast<const RowsKVCache*>(&cache);
+  if (!rows) return (*this)(x, cache.offset());
+  const int B = x.shape(0);
+  if (dynamic || mscale != 1.0f) {
+    // The dynamic base depends on the row's position: row by row.
+    std::vector<mx::array> out;
+    out.reserve(B);
+    for (int b = 0; b < B; ++b) out.push_back((*this)(row_of(x, b), rows->row(b).offset()));
+    return mx::concatenate(out, 0);
+  }
+  return mx::fast::rope(x, dims, traditional, base, scale, rows->offsets(), freqs);
 }
 
 mx::array RoPE::operator()(const mx::array& x, int offset) const {
@@ -415,6 +438,15 @@ mx::array quantized_attention(const mx::array& q, const QuantizedArray& k, const
 
 mx::array cached_attention(const mx::array& q, const mx::array& k, const mx::array& v,
                            KVCacheBase& cache, float scale, const Mask& mask) {
+  if (auto* rows = dynamic_cast<RowsKVCache*>(&cache)) {
+    // Rows hold different lengths: each attends over its own cache, as it would alone.
+    std::vector<mx::array> out;
+    out.reserve(rows->size());
+    for (int b = 0; b < rows->size(); ++b)
+      out.push_back(cached_attention(row_of(q, b), row_of(k, b), row_of(v, b), rows->row(b), scale,
+                                     mask.rows.empty() ? mask : mask.rows[b]));
+    return mx::concatenate(out, 0);
+  }
   if (auto quant = cache.quantization()) {
     auto [qk, qv] = cache.update_and_fetch_quantized(k, v);
     return quantized_attention(q, qk, qv, scale, mask, *quant);

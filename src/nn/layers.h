@@ -131,6 +131,8 @@ struct RoPE {
   int max_position_embeddings = 0;
 
   mx::array operator()(const mx::array& x, int offset) const;
+  // At the cache's position; a batch of rows (RowsKVCache) rotates each row at its own offset.
+  mx::array operator()(const mx::array& x, const KVCacheBase& cache) const;
 };
 
 RoPE make_rope(int dims, float base, bool traditional, const json& scaling,

@@ -42,8 +42,8 @@ mx::array Attention::operator()(const mx::array& x, const Mask& mask, KVCacheBas
     k = split_heads(k, opt.n_kv_heads);  // (B, n_kv_heads, L, head_dim)
   }
   v = split_heads(v, opt.n_kv_heads);
-  q = opt.rope(q, cache.offset());
-  k = opt.rope(k, cache.offset());
+  q = opt.rope(q, cache);
+  k = opt.rope(k, cache);
   return o_proj(merge_heads(cached_attention(q, k, v, cache, scale, mask)));
 }
 

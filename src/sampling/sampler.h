@@ -16,8 +16,10 @@ namespace mx = mlx::core;
 void validate(const SamplerOptions& o, int vocab_size);
 void validate(const LogitsProcessorOptions& o);
 
-// logprobs: (B, V) -> sampled ids (B,). Uses MLX's global random state (seeded by the caller).
-mx::array sample(const mx::array& logprobs, const SamplerOptions& o);
+// logprobs: (B, V) -> sampled ids (B,). Draws with `key`, else MLX's global random state
+// (seeded by the caller).
+mx::array sample(const mx::array& logprobs, const SamplerOptions& o,
+                 const std::optional<mx::array>& key = std::nullopt);
 
 mx::array apply_top_p(const mx::array& logprobs, float top_p);
 mx::array apply_min_p(const mx::array& logprobs, float min_p, int min_tokens_to_keep);

@@ -128,6 +128,7 @@ void handle_messages(const Context& ctx, const httplib::Request& req, httplib::R
   auto job = p.job;
   auto popts = p.pipeline;
   res.set_header("Cache-Control", "no-cache");
+  ctx.engine->submit(job);  // before the headers: a full queue is a 429
   res.set_chunked_content_provider(
       "text/event-stream", [&ctx, job, popts, id, n_prompt](size_t, httplib::DataSink& sink) {
         OutputPipeline pipeline(popts);
@@ -164,7 +165,8 @@ void handle_messages(const Context& ctx, const httplib::Request& req, httplib::R
         w.write("message_stop", {{"type", "message_stop"}});
         sink.done();
         return true;
-      });
+      },
+      [&ctx, job](bool) { ctx.engine->cancel(*job); });
 }
 
 // POST /v1/messages/count_tokens: the prompt the request would run, counted (max_tokens is not

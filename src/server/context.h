@@ -27,6 +27,7 @@ struct Context {
   ojson template_args = ojson::object();
   std::string model_id;
   long created = 0;
+  std::optional<std::vector<KVLayerBits>> kv_config;  // --kv-config; unset: the model's own
 };
 
 struct PreparedChat {

@@ -1,6 +1,6 @@
-// The engine: one thread owns the model, every MLX array and the prompt cache. HTTP threads
-// submit jobs (token ids and options) to a FIFO queue and read the job's token events; a job
-// whose client went away is cancelled between two tokens.
+// The server's side of the library's scheduler (lmx::Scheduler, engine/scheduler.cpp): HTTP
+// threads submit jobs (token ids and options) and read the job's token events; the scheduler
+// batches the running jobs and owns the model's thread, the prompt cache and every MLX array.
 #pragma once
 
 #include <atomic>
@@ -11,13 +11,11 @@
 #include <mutex>
 #include <optional>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "constrain/token_constraint.h"
 #include "lmx/lmx.h"
 #include "models/model.h"
-#include "server/prompt_cache_lru.h"
 #include "tokenizer/tokenizer.h"
 
 namespace lmx::server {
@@ -46,6 +44,7 @@ class Job {
   std::vector<std::vector<int>> embed;
   int top_logprobs = -1;  // -1: no logprobs; 0: the sampled token's only; n: also the n best
   std::atomic<bool> cancelled{false};
+  std::atomic<uint64_t> id{0};  // the scheduler's, once submitted
 
   // Engine side.
   void push(TokenEvent ev);
@@ -66,9 +65,8 @@ struct EngineOptions {
   std::filesystem::path model;
   bool exact = false;  // tier L1 (stock MLX ops) instead of the fast tier
   std::optional<std::filesystem::path> adapter_path;  // a LoRA adapter (lora/lora.h)
-  size_t prompt_cache_entries = 10;
-  std::optional<size_t> prompt_cache_bytes;
-  bool log_stats = false;  // one line per job on standard error: tokens and speeds
+  SchedulerOptions scheduler;  // batch size, queue, prefill chunks, prompt cache
+  bool log_stats = false;      // one line per job on standard error: tokens and speeds
 };
 
 class Engine {
@@ -76,14 +74,18 @@ class Engine {
   explicit Engine(const EngineOptions& options);  // loads the model on the calling thread
   ~Engine();
   void start();
-  // Queues a job; its events and result come back through the job itself.
-  void submit(std::shared_ptr<Job> job);
-  // Cancels queued and running jobs and joins the thread.
+  // Queues a job (once; a second call does nothing); its events and result come back through
+  // the job itself. Throws ApiError 429 past --max-queue, 400 for what the library refuses.
+  void submit(const std::shared_ptr<Job>& job);
+  // Ends a job at once, queued or running (its client went away); any thread.
+  void cancel(Job& job);
+  // Cancels queued and running jobs and joins the scheduler's thread.
   void stop();
 
-  const Tokenizer& tokenizer() const { return tokenizer_; }
-  const ModelInfo& info() const { return loaded_.info; }
-  const std::vector<int>& eos_ids() const { return eos_; }
+  const LanguageModel& model() const { return model_; }
+  const Tokenizer& tokenizer() const;
+  const ModelInfo& info() const;
+  const std::vector<int>& eos_ids() const;
   int vocab_size() const;
   int hidden_size() const;  // the length of an embedding
   size_t queued() const;
@@ -91,23 +93,12 @@ class Engine {
   std::shared_ptr<const constrain::TokenTable> token_table() const;
 
  private:
-  void loop();
-  void run(Job& job);
   void run_embed(Job& job);
 
-  LoadedWeights loaded_;
-  Tokenizer tokenizer_;
-  std::vector<int> eos_;
-  std::string cache_key_;
-  bool log_stats_;
-  PromptCacheLRU prompt_cache_;
-  mutable std::once_flag token_table_once_;
-  mutable std::shared_ptr<const constrain::TokenTable> token_table_;
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::shared_ptr<Job>> queue_;
-  bool stopping_ = false;
-  std::thread thread_;
+  EngineOptions options_;
+  LanguageModel model_;
+  std::unique_ptr<Scheduler> scheduler_;
+  std::mutex mu_;  // scheduler_ against stop()
 };
 
 }  // namespace lmx::server

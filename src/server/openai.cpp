@@ -112,6 +112,7 @@ void handle_chat(const Context& ctx, const httplib::Request& req, httplib::Respo
   auto popts = p.pipeline;
   const bool include_usage = r.s.include_usage;
   res.set_header("Cache-Control", "no-cache");
+  ctx.engine->submit(job);  // before the headers: a full queue is a 429
   res.set_chunked_content_provider(
       "text/event-stream", [&ctx, job, popts, id, want_logprobs, include_usage, n_prompt](
                                size_t, httplib::DataSink& sink) {
@@ -125,7 +126,7 @@ void handle_chat(const Context& ctx, const httplib::Request& req, httplib::Respo
           return write_sse(sink, c);
         };
         if (!chunk({{"role", "assistant"}, {"content", ""}}, nullptr, nullptr)) {
-          job->cancelled = true;
+          ctx.engine->cancel(*job);
           return false;
         }
         size_t n_calls = 0;
@@ -150,7 +151,8 @@ void handle_chat(const Context& ctx, const httplib::Request& req, httplib::Respo
         chunk(ojson::object(), s.finish_reason, nullptr);
         finish_stream(ctx, sink, id, "chat.completion.chunk", s, n_prompt, include_usage);
         return true;
-      });
+      },
+      [&ctx, job](bool) { ctx.engine->cancel(*job); });
 }
 
 namespace {
@@ -213,6 +215,7 @@ void handle_completion(const Context& ctx, const httplib::Request& req, httplib:
   }
   const bool include_usage = r.s.include_usage;
   res.set_header("Cache-Control", "no-cache");
+  ctx.engine->submit(job);  // before the headers: a full queue is a 429
   res.set_chunked_content_provider(
       "text/event-stream", [&ctx, job, popts, id, want_logprobs, include_usage, n_prompt, prefix](
                                size_t, httplib::DataSink& sink) {
@@ -246,7 +249,8 @@ void handle_completion(const Context& ctx, const httplib::Request& req, httplib:
         chunk("", s.finish_reason, nullptr);
         finish_stream(ctx, sink, id, "text_completion", s, n_prompt, include_usage);
         return true;
-      });
+      },
+      [&ctx, job](bool) { ctx.engine->cancel(*job); });
 }
 
 }  // namespace lmx::server

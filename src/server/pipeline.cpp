@@ -92,7 +92,7 @@ RunSummary run_job(Engine& engine, std::shared_ptr<Job> job, OutputPipeline& pip
     out.has_tool_calls = out.has_tool_calls || !d.tool_calls.empty();
     if (!client_gone && !d.empty() && !sink(d)) {
       client_gone = true;
-      job->cancelled = true;
+      engine.cancel(*job);
     }
   };
   while (job->pop(events)) {
@@ -100,7 +100,7 @@ RunSummary run_job(Engine& engine, std::shared_ptr<Job> job, OutputPipeline& pip
       if (pipeline.stopped()) break;
       if (ev.token >= 0) ++out.completion_tokens;
       deliver(pipeline.push(ev));
-      if (pipeline.stopped()) job->cancelled = true;
+      if (pipeline.stopped()) engine.cancel(*job);
     }
   }
   out.result = job->result();

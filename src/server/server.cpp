@@ -64,6 +64,7 @@ std::shared_ptr<Job> make_job(const Context& ctx, std::vector<int> prompt, const
   auto job = std::make_shared<Job>();
   job->prompt = std::move(prompt);
   job->options = s.gen;
+  if (ctx.kv_config) job->options.kv_config = ctx.kv_config;
   job->top_logprobs = s.top_logprobs;
   if (s.json_object || s.json_schema) {
     constrain::Grammar g;
@@ -261,12 +262,14 @@ ojson error_body(const ApiError& e) {
 
 void send_error(const httplib::Request& req, httplib::Response& res, const ApiError& e) {
   res.status = e.status;
+  if (e.status == 429) res.set_header("Retry-After", "1");  // the queue drains step by step
   ojson body = error_body(e);
   if (req.path.rfind("/v1/messages", 0) == 0) {
     // Anthropic's shape: {"type": "error", "error": {"type", "message"}}.
     const std::string type = e.status == 401   ? "authentication_error"
                              : e.status == 404 ? "not_found_error"
                              : e.status == 413 ? "request_too_large"
+                             : e.status == 429 ? "rate_limit_error"
                              : e.status >= 500 ? "api_error"
                                                : "invalid_request_error";
     body = {{"type", "error"}, {"error", {{"type", type}, {"message", e.what()}}}};
@@ -321,10 +324,14 @@ int serve(const ServerOptions& o) {
   eo.model = o.model;
   eo.exact = o.exact;
   eo.adapter_path = o.adapter_path;
-  eo.prompt_cache_entries = o.prompt_cache_entries;
-  eo.prompt_cache_bytes = o.prompt_cache_bytes;
+  eo.scheduler = o.scheduler;
+  eo.scheduler.prompt_cache_entries = o.prompt_cache_entries;
+  eo.scheduler.prompt_cache_bytes = o.prompt_cache_bytes;
   eo.log_stats = o.log_level == "INFO" || o.log_level == "DEBUG";
   ctx.engine = std::make_unique<Engine>(eo);
+  if (!o.kv_config.empty())
+    ctx.kv_config = o.kv_config == "off" ? std::vector<KVLayerBits>{}
+                                         : ctx.engine->model().read_kv_config(o.kv_config);
   try {
     ctx.chat_template = chat::load_chat_template(o.model, o.chat_template);
   } catch (const lmx::Error& e) {

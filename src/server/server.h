@@ -26,6 +26,9 @@ struct ServerOptions {
   size_t prompt_cache_entries = 10;
   std::optional<size_t> prompt_cache_bytes;
   int http_threads = 32;
+  // --max-batch, --prompt-concurrency, --max-queue, --prefill-step-size.
+  SchedulerOptions scheduler;
+  std::string kv_config;  // --kv-config: a kv_config.json, "off", or empty for the model's own
   std::string log_level = "INFO";
 };
 

@@ -380,6 +380,59 @@ class ServeTest(unittest.TestCase):
             parallel = list(pool.map(ask, prompts))
         self.assertEqual(parallel, serial)
 
+    def test_mixed_concurrent_requests_match_alone(self):
+        # 32 requests of every kind at once (continuous batching): stream and not, logprobs,
+        # stop strings, response_format, tools, seeded sampling, Anthropic; each gets what it
+        # gets when sent alone.
+        def oai_chat(i, stream, **kw):
+            def run():
+                msgs = chat(f"Tell me fact number {i} about the sea.")
+                r = self.oai.chat.completions.create(model=MODEL, messages=msgs, stream=stream,
+                                                     **kw)
+                if stream:
+                    return "".join(c.choices[0].delta.content or "" for c in r if c.choices)
+                m = r.choices[0]
+                lp = ([(t.token, round(t.logprob, 4)) for t in m.logprobs.content]
+                      if m.logprobs else None)
+                calls = ([(c.function.name, c.function.arguments) for c in m.message.tool_calls]
+                         if m.message.tool_calls else None)
+                return m.message.content, lp, calls, m.finish_reason
+            return run
+
+        def completion(i, **kw):
+            return lambda: self.oai.completions.create(
+                model=MODEL, prompt=f"Item {i}: the", **kw).choices[0].text
+
+        def claude(i):
+            return lambda: self.claude.messages.create(
+                model=MODEL, max_tokens=MAX, messages=chat(f"Name a river, {i}.")).content[0].text
+
+        schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+        tools = [{"type": "function", "function": {
+            "name": "lookup", "parameters": {"type": "object",
+                                             "properties": {"q": {"type": "string"}}}}}]
+        jobs = []
+        for i in range(4):
+            jobs += [
+                oai_chat(i, False, temperature=0),
+                oai_chat(i, True, temperature=0),
+                oai_chat(i, False, temperature=0, logprobs=True, top_logprobs=2),
+                oai_chat(i, False, temperature=0, stop=[" "]),
+                oai_chat(i, False, temperature=0, max_tokens=12, response_format={
+                    "type": "json_schema", "json_schema": {"name": "n", "schema": schema}}),
+                oai_chat(i, False, temperature=0, tools=tools, tool_choice="required",
+                         max_tokens=16),
+                oai_chat(i, False, temperature=0.8, seed=100 + i),
+                completion(i, max_tokens=MAX, temperature=0, stream=False) if i % 2
+                else claude(i),
+            ]
+        self.assertEqual(len(jobs), 32)
+        alone = [job() for job in jobs]
+        with ThreadPoolExecutor(32) as pool:
+            together = list(pool.map(lambda job: job(), jobs))
+        for i, (a, t) in enumerate(zip(alone, together)):
+            self.assertEqual(t, a, f"request {i}")
+
     def test_disconnect_cancels_generation(self):
         conn = http.client.HTTPConnection("127.0.0.1", self.server.port, timeout=300)
         conn.request("POST", "/v1/completions", json.dumps(
@@ -654,6 +707,39 @@ class FlagsTest(unittest.TestCase):
         finally:
             self.assertEqual(srv.stop(), 0)
 
+
+    def test_full_queue_answers_429(self):
+        srv = Server("--max-batch", "1", "--max-queue", "1")
+        try:
+            body = {"prompt": "Once upon a time", "max_tokens": 2000, "ignore_eos": True,
+                    "stream": True}
+            running = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=300)
+            running.request("POST", "/v1/completions", json.dumps(body),
+                            {"Content-Type": "application/json"})
+            resp = running.getresponse()
+            resp.fp.readline()  # the one row is taken
+            queued = ThreadPoolExecutor(1).submit(
+                srv.request, "POST", "/v1/completions", {"prompt": "Hi", "max_tokens": 1})
+            time.sleep(1.0)  # the second request waits in the queue
+            for path, req in (("/v1/completions", {"prompt": "Hi", "max_tokens": 1}),
+                              ("/v1/completions", {"prompt": "Hi", "max_tokens": 1,
+                                                   "stream": True}),
+                              ("/v1/messages", {"max_tokens": 1, "messages": chat("Hi")})):
+                conn = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=60)
+                conn.request("POST", path, json.dumps(req), {"Content-Type": "application/json"})
+                r = conn.getresponse()
+                err = json.loads(r.read())
+                self.assertEqual(r.status, 429, path)
+                self.assertEqual(r.getheader("Retry-After"), "1")
+                self.assertIn("queue", json.dumps(err))
+                conn.close()
+            # The running request's client goes: the queued one runs.
+            running.sock.shutdown(socket.SHUT_RDWR)
+            running.close()
+            status, out = queued.result(timeout=120)
+            self.assertEqual(status, 200, out)
+        finally:
+            self.assertEqual(srv.stop(), 0)
 
     def test_refused_flags(self):
         for flags, words in ((["--adapter-path", "x"], "LoRA adapter directory does not exist"),

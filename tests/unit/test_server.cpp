@@ -11,7 +11,7 @@
 #include "cache/kv_cache.h"
 #include "server/api_error.h"
 #include "server/pipeline.h"
-#include "server/prompt_cache_lru.h"
+#include "cache/prompt_cache_lru.h"
 #include "server/requests.h"
 #include "server/text_stream.h"
 #include "server/tool_calls.h"
@@ -380,7 +380,7 @@ lmx::Cache cache_of(int n) {
 }
 
 TEST(ServerPromptCache, LongestCommonPrefixTrimmedAndKeyed) {
-  PromptCacheLRU lru(10, std::nullopt);
+  lmx::PromptCacheLRU lru(10, std::nullopt);
   lru.put("m", {1, 2, 3, 4, 5}, cache_of(5));
   lru.put("m", {1, 2, 9}, cache_of(3));
   lru.put("other", {1, 2, 3, 4, 5, 6}, cache_of(6));
@@ -399,8 +399,8 @@ TEST(ServerPromptCache, LongestCommonPrefixTrimmedAndKeyed) {
 }
 
 TEST(ServerPromptCache, EvictsLeastRecentlyUsedPastTheByteCap) {
-  const size_t one = lmx::server::cache_bytes(cache_of(3));
-  PromptCacheLRU lru(10, one * 2);
+  const size_t one = lmx::cache_bytes(cache_of(3));
+  lmx::PromptCacheLRU lru(10, one * 2);
   lru.put("m", {1, 1, 1}, cache_of(3));
   lru.put("m", {2, 2, 2}, cache_of(3));
   lru.put("m", {3, 3, 3}, cache_of(3));

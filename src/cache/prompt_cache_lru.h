@@ -1,6 +1,6 @@
-// The server's prompt cache: KV caches of earlier requests keyed by model, reused for the
-// longest common token prefix of a new prompt; least recently used entries are evicted past an
-// entry count or a byte cap.
+// The prompt cache of the scheduler (engine/scheduler.cpp): KV caches of earlier requests keyed
+// by model and adapter, reused for the longest common token prefix of a new prompt; least
+// recently used entries are evicted past an entry count or a byte cap.
 #pragma once
 
 #include <cstddef>
@@ -11,7 +11,7 @@
 
 #include "cache/kv_cache.h"
 
-namespace lmx::server {
+namespace lmx {
 
 struct CacheHit {
   Cache cache;  // trimmed to hold exactly `reused` tokens
@@ -46,4 +46,4 @@ class PromptCacheLRU {
 
 size_t cache_bytes(const Cache& cache);
 
-}  // namespace lmx::server
+}  // namespace lmx

@@ -1,8 +1,8 @@
-#include "server/prompt_cache_lru.h"
+#include "cache/prompt_cache_lru.h"
 
 #include <algorithm>
 
-namespace lmx::server {
+namespace lmx {
 
 size_t cache_bytes(const Cache& cache) {
   size_t n = 0;
@@ -52,4 +52,4 @@ void PromptCacheLRU::put(const std::string& key, std::vector<int> tokens, Cache 
     entries_.pop_back();
 }
 
-}  // namespace lmx::server
+}  // namespace lmx

@@ -1,0 +1,318 @@
+// Continuous batching (lmx::Scheduler): in tier L1 every row of a batch produces exactly the
+// tokens it produces alone (LanguageModel::generate), for each architecture and cache type of the
+// tiny-model table, with rows of different prompt lengths joining and leaving mid-stream, seeded
+// sampling and logits processors per row. Plus the scheduler's own behaviour: the queue limit,
+// cancellation, a failing row beside healthy ones, the prompt cache.
+#include <gtest/gtest.h>
+
+#include <condition_variable>
+#include <filesystem>
+#include <future>
+#include <map>
+#include <mutex>
+#include <random>
+#include <thread>
+
+#include "core/json.h"
+#include "engine/model_impl.h"
+#include "generate/generate.h"
+#include "lmx/lmx.h"
+#include "test_util.h"
+
+namespace lmx {
+namespace {
+
+namespace fs = std::filesystem;
+namespace mx = mlx::core;
+
+// A parity row's model with the default model's tokenizer beside it (the tiny vocabularies are
+// ids of SmolLM2's), so that LanguageModel can load it: a directory of links.
+fs::path model_dir(const std::string& row) {
+  const fs::path src = test::data_path("parity/" + row);
+  const fs::path tok = test::data_path("smollm2-135m-instruct-4bit");
+  const fs::path dir = fs::temp_directory_path() / ("lmx_batch_" + std::to_string(getpid())) / row;
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  for (const auto& e : fs::directory_iterator(src)) {
+    const std::string name = e.path().filename().string();
+    if (name.starts_with("reference")) continue;
+    fs::create_symlink(e.path(), dir / name);
+  }
+  for (const char* name : {"tokenizer.json", "tokenizer_config.json"})
+    fs::create_symlink(tok / name, dir / name);
+  return dir;
+}
+
+int row_vocab(const fs::path& dir) {
+  const json c = read_json_file(dir / "config.json");
+  if (c.contains("vocab_size")) return c["vocab_size"].get<int>();
+  return c["text_config"]["vocab_size"].get<int>();
+}
+
+struct Case {
+  std::vector<int> prompt;
+  GenerateOptions options;
+};
+
+// Four requests of different lengths; the caller's tweak sets sampling / processors per case.
+std::vector<Case> make_cases(int vocab, int prefill_step, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> id(0, vocab - 1);
+  const int lengths[] = {5, 19, 11, 27};  // within the 32-token context of some rows
+  const int max_tokens[] = {14, 6, 20, 9};
+  std::vector<Case> cases;
+  for (int i = 0; i < 4; ++i) {
+    Case c;
+    for (int j = 0; j < lengths[i]; ++j) c.prompt.push_back(id(rng));
+    c.options.max_tokens = max_tokens[i];
+    c.options.ignore_eos = true;  // random weights: full-length rows
+    c.options.prefill_step_size = prefill_step;
+    cases.push_back(std::move(c));
+  }
+  return cases;
+}
+
+// Greedy or sampled tokens and the log-probability of each, bits compared.
+struct Tokens {
+  std::vector<int> ids;
+  std::vector<float> logprobs;
+  bool operator==(const Tokens&) const = default;
+};
+
+std::ostream& operator<<(std::ostream& os, const Tokens& t) {
+  for (size_t i = 0; i < t.ids.size(); ++i) os << t.ids[i] << ":" << t.logprobs[i] << " ";
+  return os;
+}
+
+// The single-stream token loop (what LanguageModel::generate runs), with its log-probabilities.
+Tokens alone(LanguageModel& model, const Case& c) {
+  GenerateOptions opt = c.options;
+  if (!opt.kv_config) opt.kv_config = model.kv_config();
+  Tokens out;
+  generate(*model.impl().loaded.model, c.prompt, opt, model.eos_token_ids(), [&](const Step& s) {
+    out.ids.push_back(s.token);
+    out.logprobs.push_back(
+        mx::astype(mx::take(s.logprobs, mx::array(s.token)), mx::float32).item<float>());
+    return true;
+  });
+  return out;
+}
+
+struct Outcome {
+  Tokens tokens;
+  StreamResult result;
+};
+
+// Submits every case at once and waits for all of them.
+std::vector<Outcome> batched(Scheduler& s, const std::vector<Case>& cases) {
+  std::vector<Outcome> out(cases.size());
+  std::vector<std::promise<void>> done(cases.size());
+  for (size_t i = 0; i < cases.size(); ++i) {
+    StreamRequest r;
+    r.prompt = cases[i].prompt;
+    r.options = cases[i].options;
+    r.top_logprobs = 0;
+    r.on_token = [&out, i](const StreamToken& t) {
+      if (t.token >= 0) {
+        out[i].tokens.ids.push_back(t.token);
+        out[i].tokens.logprobs.push_back(t.logprob);
+      }
+      return true;
+    };
+    r.on_done = [&out, &done, i](const StreamResult& res) {
+      out[i].result = res;
+      done[i].set_value();
+    };
+    s.submit(std::move(r));
+  }
+  for (auto& d : done) d.get_future().wait();
+  return out;
+}
+
+// One row of the table per architecture and cache type: plain, rotating (sliding window; the
+// window wraps in decode), quantized, rotating-quantized, per-layer kv_config; RoPE variants;
+// quantized weights; gemma4 (KV sharing: its rows step one at a time).
+const std::vector<std::string> kRows = {
+    "llama_tied",           "llama_rope_yarn",         "llama_rope_dynamic",
+    "qwen2_untied",         "qwen3_q4_g64",            "llama_f16",
+    "llama_f32_q4_g64",     "gemma3_text_window8",     "gemma3_text_q4_g64",
+    "gemma3_tied",          "gemma4_text_ple",         "gemma4_moe_f32",
+    "minicpm",              "starcoder2_untied_q4_g64", "llama_kv4_g64",
+    "llama_kv8_g64_start20", "gemma3_text_kv4_g32",    "gemma3_text_kv_config",
+    "qwen3_q4_kv4_g32",
+};
+
+class BatchRows : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(BatchRows, EveryRowAsAloneWithJoinsAndLeaves) {
+  const fs::path dir = model_dir(GetParam());
+  LanguageModel model = LanguageModel::load(dir, {.exact = true});
+  std::vector<Case> cases = make_cases(row_vocab(dir), 8, 7);
+  // Case 1 samples with its own seed, case 2 runs logits processors: per-row settings.
+  cases[1].options.sampler.temp = 0.9f;
+  cases[1].options.seed = 1234;
+  cases[2].options.processors.repetition_penalty = 1.3f;
+  cases[2].options.processors.logit_bias = {{3, -2.5f}, {5, 1.5f}};
+  // The row's KV quantization (a model's kv_config.json is read by LanguageModel::load).
+  const json ref = read_json_file(test::data_path("parity/" + GetParam()) / "reference.json");
+  if (ref.contains("kv_cache") && !ref["kv_cache"].is_null())
+    for (auto& c : cases) {
+      c.options.kv_bits = ref["kv_cache"]["bits"].get<int>();
+      c.options.kv_group_size = ref["kv_cache"]["group_size"].get<int>();
+      c.options.quantized_kv_start = ref["kv_cache"]["start"].get<int>();
+    }
+  std::vector<Tokens> want;
+  for (const Case& c : cases) want.push_back(alone(model, c));
+
+  // Three rows for four requests: the fourth joins when the first leaves.
+  Scheduler s(model, {.max_batch = 3, .prefill_step_size = 8, .prompt_cache_entries = 0});
+  const std::vector<Outcome> got = batched(s, cases);
+  for (size_t i = 0; i < cases.size(); ++i) {
+    EXPECT_EQ(got[i].result.finish_reason, "length") << got[i].result.error;
+    EXPECT_EQ(got[i].tokens, want[i]) << GetParam() << " request " << i;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Rows, BatchRows, ::testing::ValuesIn(kRows),
+                         [](const auto& info) { return info.param; });
+
+// Holds the scheduler's thread inside run() until released, so that the queue stands still.
+class Stall {
+ public:
+  explicit Stall(Scheduler& s) {
+    thread_ = std::thread([&s, this] {
+      s.run([this] {
+        entered_.set_value();
+        release_.get_future().wait();
+      });
+    });
+    entered_.get_future().wait();
+  }
+  void release() {
+    if (thread_.joinable()) {
+      release_.set_value();
+      thread_.join();
+    }
+  }
+  ~Stall() { release(); }
+
+ private:
+  std::promise<void> entered_, release_;
+  std::thread thread_;
+};
+
+StreamRequest request(std::vector<int> prompt, int max_tokens, std::promise<StreamResult>& done,
+                      std::vector<int>* tokens = nullptr) {
+  StreamRequest r;
+  r.prompt = std::move(prompt);
+  r.options.max_tokens = max_tokens;
+  r.options.ignore_eos = true;
+  r.on_token = [tokens](const StreamToken& t) {
+    if (tokens && t.token >= 0) tokens->push_back(t.token);
+    return true;
+  };
+  r.on_done = [&done](const StreamResult& res) { done.set_value(res); };
+  return r;
+}
+
+TEST(Scheduler, QueueLimitRefusesAndCancelledRequestsEnd) {
+  LanguageModel model = LanguageModel::load(model_dir("llama_tied"), {.exact = true});
+  Scheduler s(model, {.max_batch = 1, .max_queue = 2});
+  std::promise<StreamResult> a, b, c;
+  {
+    Stall stall(s);
+    s.submit(request({1, 2, 3}, 4, a));
+    const uint64_t id_b = s.submit(request({4, 5, 6}, 4, b));
+    EXPECT_EQ(s.waiting(), 2);
+    EXPECT_THROW(s.submit(request({7, 8}, 4, c)), QueueFullError);
+    s.cancel(id_b);  // still queued
+  }
+  EXPECT_EQ(a.get_future().get().finish_reason, "length");
+  EXPECT_EQ(b.get_future().get().finish_reason, "cancelled");
+  // Bad requests are refused at submit, naming the problem.
+  std::promise<StreamResult> d;
+  EXPECT_THROW(s.submit(request({}, 4, d)), Error);
+  EXPECT_THROW(s.submit(request({100000}, 4, d)), Error);
+}
+
+TEST(Scheduler, CancelEndsARunningRowAndOthersGoOn) {
+  const fs::path dir = model_dir("qwen3_tied");
+  LanguageModel model = LanguageModel::load(dir, {.exact = true});
+  std::vector<Case> cases = make_cases(row_vocab(dir), 2048, 11);
+  const std::vector<int> want = alone(model, cases[0]).ids;
+  Scheduler s(model, {.max_batch = 4});
+  std::promise<StreamResult> long_done, short_done;
+  std::vector<int> short_tokens;
+  std::atomic<int> seen{0};
+  uint64_t long_id = 0;
+  std::promise<uint64_t> id_known;
+  std::shared_future<uint64_t> id_future = id_known.get_future().share();
+  StreamRequest r = request(cases[1].prompt, 100000, long_done);
+  r.on_token = [&](const StreamToken& t) {
+    if (t.token >= 0 && ++seen == 3) s.cancel(id_future.get());
+    return true;
+  };
+  long_id = s.submit(std::move(r));
+  id_known.set_value(long_id);
+  StreamRequest q = request(cases[0].prompt, cases[0].options.max_tokens, short_done,
+                            &short_tokens);
+  q.options = cases[0].options;
+  s.submit(std::move(q));
+  const StreamResult lr = long_done.get_future().get();
+  EXPECT_EQ(lr.finish_reason, "cancelled");
+  EXPECT_LT(lr.stats.generation_tokens, 10);
+  EXPECT_EQ(short_done.get_future().get().finish_reason, "length");
+  EXPECT_EQ(short_tokens, want);
+}
+
+// Throws on the third token it is told of: a constraint dead end.
+class FailingConstraint : public TokenConstraint {
+ public:
+  explicit FailingConstraint(int vocab) : allowed_(vocab, 1) {}
+  const std::vector<uint8_t>& allowed() override { return allowed_; }
+  void accept(int) override {
+    if (++n_ == 3) throw Error("test", "dead end");
+  }
+  bool complete() const override { return false; }
+
+ private:
+  std::vector<uint8_t> allowed_;
+  int n_ = 0;
+};
+
+TEST(Scheduler, AFailingRowEndsAloneAndTheOthersMatch) {
+  const fs::path dir = model_dir("llama_q4_g64");
+  LanguageModel model = LanguageModel::load(dir, {.exact = true});
+  std::vector<Case> cases = make_cases(row_vocab(dir), 2048, 5);
+  std::vector<Tokens> want;
+  for (const Case& c : cases) want.push_back(alone(model, c));
+  cases[3].options.constraint = std::make_shared<FailingConstraint>(row_vocab(dir));
+  Scheduler s(model, {.max_batch = 4, .prompt_cache_entries = 0});
+  const std::vector<Outcome> got = batched(s, cases);
+  EXPECT_EQ(got[3].result.finish_reason, "error");
+  EXPECT_NE(got[3].result.error.find("dead end"), std::string::npos) << got[3].result.error;
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(got[i].result.finish_reason, "length") << got[i].result.error;
+    EXPECT_EQ(got[i].tokens, want[i]) << "request " << i;
+  }
+}
+
+TEST(Scheduler, PromptCacheReusesAllButTheLastTokenWithTheSameTokens) {
+  const fs::path dir = model_dir("gemma3_text_window8");
+  LanguageModel model = LanguageModel::load(dir, {.exact = true});
+  std::vector<Case> cases = make_cases(row_vocab(dir), 8, 3);
+  // Short enough that the sliding window has not wrapped: the cache can be trimmed.
+  Case c = cases[0];
+  c.options.max_tokens = 2;
+  const Tokens want = alone(model, c);
+  Scheduler s(model, {.max_batch = 2, .prefill_step_size = 8});
+  const Outcome first = batched(s, {c})[0];
+  const Outcome second = batched(s, {c})[0];
+  EXPECT_EQ(first.result.cached_tokens, 0u);
+  EXPECT_EQ(second.result.cached_tokens, c.prompt.size() - 1);
+  EXPECT_EQ(first.tokens, want);
+  EXPECT_EQ(second.tokens, want);
+}
+
+}  // namespace
+}  // namespace lmx
