@@ -4,7 +4,8 @@
 
 namespace lmx {
 
-RowsKVCache::RowsKVCache(std::vector<KVCacheBase*> rows) : rows_(std::move(rows)) {
+RowsKVCache::RowsKVCache(std::vector<KVCacheBase*> rows, bool cpu_kernels)
+    : rows_(std::move(rows)), cpu_kernels_(cpu_kernels) {
   check(!rows_.empty(), "batch", "a row view needs at least one row");
 }
 
@@ -46,7 +47,7 @@ size_t RowsKVCache::nbytes() const {
   return n;
 }
 
-Cache rows_view(const std::vector<Cache*>& rows) {
+Cache rows_view(const std::vector<Cache*>& rows, bool cpu_kernels) {
   check(!rows.empty(), "batch", "a row view needs at least one row");
   const size_t layers = rows.front()->size();
   Cache view;
@@ -59,7 +60,7 @@ Cache rows_view(const std::vector<Cache*>& rows) {
             " layer caches, got ", c->size());
       layer.push_back((*c)[l].get());
     }
-    view.push_back(std::make_unique<RowsKVCache>(std::move(layer)));
+    view.push_back(std::make_unique<RowsKVCache>(std::move(layer), cpu_kernels));
   }
   return view;
 }

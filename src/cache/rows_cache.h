@@ -13,7 +13,10 @@ namespace lmx {
 class RowsKVCache : public KVCacheBase {
  public:
   // rows[b]: row b's cache of this layer, owned by the row and outliving this view.
-  explicit RowsKVCache(std::vector<KVCacheBase*> rows);
+  // cpu_kernels: the model runs tier L3 on the CPU, so decode attention over plain caches may
+  // take lmx's rows kernel (nn::cached_attention).
+  explicit RowsKVCache(std::vector<KVCacheBase*> rows, bool cpu_kernels = false);
+  bool cpu_kernels() const { return cpu_kernels_; }
 
   int size() const { return static_cast<int>(rows_.size()); }
   KVCacheBase& row(int b) const { return *rows_[b]; }
@@ -34,9 +37,10 @@ class RowsKVCache : public KVCacheBase {
 
  private:
   std::vector<KVCacheBase*> rows_;
+  bool cpu_kernels_;
 };
 
 // The batched view of B rows' caches (each a whole model's Cache): one RowsKVCache per layer.
-Cache rows_view(const std::vector<Cache*>& rows);
+Cache rows_view(const std::vector<Cache*>& rows, bool cpu_kernels = false);
 
 }  // namespace lmx

@@ -205,7 +205,7 @@ mx::array Scheduler::State::forward(const mx::array& tokens, const std::vector<R
     std::vector<Cache*> caches;
     caches.reserve(batch.size());
     for (Row* r : batch) caches.push_back(&r->cache);
-    Cache view = rows_view(caches);
+    Cache view = rows_view(caches, m.cpu_kernels());
     return m(tokens, view);
   }
   std::vector<mx::array> out;

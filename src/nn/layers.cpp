@@ -3,9 +3,11 @@
 #include <cmath>
 #include <limits>
 #include <numbers>
+#include <typeinfo>
 
 #include "cache/rows_cache.h"
 #include "core/error.h"
+#include "kernels/cpu/fused.h"
 #include "kernels/cpu/qmm.h"
 
 namespace lmx::nn {
@@ -436,9 +438,44 @@ mx::array quantized_attention(const mx::array& q, const QuantizedArray& k, const
   return out;
 }
 
+namespace {
+
+// Tier L3, decode: every row on a plain cache, in one primitive (kernels/cpu/fused.h) that
+// writes each row's K/V into its cache and attends over it; nullopt where it does not apply.
+std::optional<mx::array> rows_kernel_attention(const mx::array& q, const mx::array& k,
+                                               const mx::array& v, RowsKVCache& rows, float scale,
+                                               const Mask& mask) {
+  if (!rows.cpu_kernels() || q.shape(2) != 1 || q.shape(3) > 256) return std::nullopt;
+  std::vector<KVCache*> plain;
+  for (int b = 0; b < rows.size(); ++b) {
+    auto* c = dynamic_cast<KVCache*>(&rows.row(b));
+    if (!c || typeid(*c) != typeid(KVCache) || (!mask.rows.empty() && !mask.rows[b].none()))
+      return std::nullopt;
+    plain.push_back(c);
+  }
+  const int H = k.shape(1), Dk = k.shape(3), Dv = v.shape(3);
+  if (Dk != Dv) return std::nullopt;
+  std::vector<mx::array> keys, values;
+  std::vector<int> offsets;
+  std::vector<bool> in_place;
+  for (KVCache* c : plain) {
+    offsets.push_back(c->offset());
+    auto buf = c->reserve(1, H, Dk, Dv, k.dtype(), 1);
+    keys.push_back(buf.keys);
+    values.push_back(buf.values);
+    in_place.push_back(buf.in_place);
+  }
+  auto out = kernels::cpu::rows_decode_attention(q, k, v, keys, values, offsets, in_place, scale);
+  for (size_t b = 0; b < plain.size(); ++b) plain[b]->commit(out[1 + 2 * b], out[2 + 2 * b], 1);
+  return out[0];
+}
+
+}  // namespace
+
 mx::array cached_attention(const mx::array& q, const mx::array& k, const mx::array& v,
                            KVCacheBase& cache, float scale, const Mask& mask) {
   if (auto* rows = dynamic_cast<RowsKVCache*>(&cache)) {
+    if (auto out = rows_kernel_attention(q, k, v, *rows, scale, mask)) return *out;
     // Rows hold different lengths: each attends over its own cache, as it would alone.
     std::vector<mx::array> out;
     out.reserve(rows->size());

@@ -176,6 +176,42 @@ TEST_P(BatchRows, EveryRowAsAloneWithJoinsAndLeaves) {
 INSTANTIATE_TEST_SUITE_P(Rows, BatchRows, ::testing::ValuesIn(kRows),
                          [](const auto& info) { return info.param; });
 
+// Tier L3 (the CPU default): rows in a batch run the layer op by op on the L3 matmul kernels
+// with the rows attention kernel, alone the fused layer runs; the same model, other rounding
+// (float32 models keep K/V as float16 in the fused layer). Gate: each greedy row agrees with its
+// single-stream tokens, and each agreeing token's log-probability is within 1e-2.
+class BatchRowsL3 : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(BatchRowsL3, RowsAgreeWithAloneWithinTheGate) {
+  const fs::path dir = model_dir(GetParam());
+  LanguageModel model = LanguageModel::load(dir);
+  ASSERT_NE(model.tier().find("L3"), std::string::npos) << model.tier();
+  std::vector<Case> cases = make_cases(row_vocab(dir), 8, 21);
+  std::vector<Tokens> want;
+  for (const Case& c : cases) want.push_back(alone(model, c));
+  Scheduler s(model, {.max_batch = 3, .prefill_step_size = 8, .prompt_cache_entries = 0});
+  const std::vector<Outcome> got = batched(s, cases);
+  int same = 0, total = 0;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    ASSERT_EQ(got[i].result.finish_reason, "length") << got[i].result.error;
+    ASSERT_EQ(got[i].tokens.ids.size(), want[i].ids.size());
+    for (size_t j = 0; j < want[i].ids.size(); ++j) {
+      ++total;
+      if (got[i].tokens.ids[j] != want[i].ids[j]) break;  // the rest follows another path
+      ++same;
+      EXPECT_NEAR(got[i].tokens.logprobs[j], want[i].logprobs[j], 1e-2)
+          << GetParam() << " request " << i << " token " << j;
+    }
+  }
+  EXPECT_GE(same, total * 9 / 10) << GetParam() << ": " << same << " of " << total;
+}
+
+INSTANTIATE_TEST_SUITE_P(Rows, BatchRowsL3,
+                         ::testing::Values("llama_f32_q4_g64", "qwen3_f32_q8_g64",
+                                           "llama_f32_q4_rope_traditional",
+                                           "gemma3_text_f32_q4_g64"),
+                         [](const auto& info) { return info.param; });
+
 // Holds the scheduler's thread inside run() until released, so that the queue stands still.
 class Stall {
  public:

@@ -570,6 +570,74 @@ class DecoderLayerPrim : public mx::Primitive {
   Int8Mode int8_;
 };
 
+// Decode attention of B rows over their own caches: inputs q, k_new, v_new (B, H, 1, D), then
+// each row's key and value buffers; outputs o (B, Hq, 1, D), then each row's buffers written.
+class RowsDecodeAttention : public mx::Primitive {
+ public:
+  RowsDecodeAttention(mx::Stream s, std::vector<int> offsets, std::vector<bool> in_place,
+                      float scale, Isa isa)
+      : mx::Primitive(s),
+        offsets_(std::move(offsets)),
+        in_place_(std::move(in_place)),
+        scale_(scale),
+        isa_(isa) {}
+
+  void eval_cpu(const std::vector<mx::array>& in, std::vector<mx::array>& out) override {
+    auto& enc = mx::cpu::get_command_encoder(stream());
+    out[0].set_data(mx::allocator::malloc(out[0].nbytes()));
+    // As DecoderLayerPrim: a buffer is written where it lies when its cache vouches for it.
+    std::vector<char> copy(out.size(), 0);
+    for (size_t t = 1; t < out.size(); ++t) {
+      const mx::array& buf = in[2 + t];
+      check(buf.flags().row_contiguous, "rows_decode_attention",
+            "the cache buffers must be contiguous");
+      if (in_place_[(t - 1) / 2] && buf.data_shared_ptr().use_count() == 1 &&
+          buf.data_shared_ptr()->is_owned()) {
+        out[t].copy_shared_buffer(buf);
+      } else {
+        out[t].set_data(mx::allocator::malloc(out[t].nbytes()));
+        copy[t] = 1;
+      }
+    }
+    std::vector<mx::array> ins = weak_copies(in), outs = weak_copies(out);
+    enc.dispatch([offsets = offsets_, scale = scale_, isa = isa_, copy = std::move(copy),
+                  ins = std::move(ins), outs = std::move(outs)]() mutable {
+      const mx::array& q = ins[0];
+      const int B = q.shape(0), Hq = q.shape(1), D = q.shape(3), Hkv = ins[1].shape(1);
+      std::vector<float> qf(q.size()), kf(static_cast<size_t>(Hkv) * D), vf(kf.size());
+      std::vector<float> o(q.size());
+      for (int b = 0; b < B; ++b) {
+        mx::array& kbuf = outs[1 + 2 * b];
+        mx::array& vbuf = outs[2 + 2 * b];
+        if (copy[1 + 2 * b]) std::memcpy(kbuf.data<char>(), ins[3 + 2 * b].data<char>(), kbuf.nbytes());
+        if (copy[2 + 2 * b]) std::memcpy(vbuf.data<char>(), ins[4 + 2 * b].data<char>(), vbuf.nbytes());
+        float* qb = qf.data() + static_cast<int64_t>(b) * Hq * D;
+        for (int h = 0; h < Hq; ++h) head_rows_f32(q, b, h, 1, qb + static_cast<int64_t>(h) * D);
+        for (int h = 0; h < Hkv; ++h) {
+          head_rows_f32(ins[1], b, h, 1, kf.data() + static_cast<int64_t>(h) * D);
+          head_rows_f32(ins[2], b, h, 1, vf.data() + static_cast<int64_t>(h) * D);
+        }
+        write_rows_as(kf.data(), 1, Hkv, 1, D, offsets[b], kbuf);
+        write_rows_as(vf.data(), 1, Hkv, 1, D, offsets[b], vbuf);
+        attention_f32(qb, 1, Hq, 1, D, kbuf, vbuf, offsets[b] + 1, scale, isa,
+                      o.data() + static_cast<int64_t>(b) * Hq * D);
+      }
+      from_f32(o.data(), outs[0]);
+    });
+  }
+
+  void eval_gpu(const std::vector<mx::array>&, std::vector<mx::array>&) override {
+    fail("rows_decode_attention", "the L3 CPU kernel has no GPU implementation");
+  }
+  const char* name() const override { return "LmxRowsDecodeAttention"; }
+
+ private:
+  std::vector<int> offsets_;
+  std::vector<bool> in_place_;
+  float scale_;
+  Isa isa_;
+};
+
 void check_linear(const QLinear& l, int in, const char* where) {
   check(supports(l.bits, l.group_size, "affine", l.scales.dtype()) && l.w.ndim() == 2 &&
             l.w.shape(1) * 32 / l.bits == in,
@@ -680,6 +748,44 @@ std::vector<mx::array> decoder_layer(const mx::array& x, const mx::array& keys,
                                                  in_place, w, active_isa(), int8_mode());
   return mx::array::make_arrays({x.shape(), keys.shape(), values.shape()},
                                 {x.dtype(), keys.dtype(), values.dtype()}, prim, in);
+}
+
+std::vector<mx::array> rows_decode_attention(const mx::array& q, const mx::array& k_new,
+                                             const mx::array& v_new,
+                                             const std::vector<mx::array>& keys,
+                                             const std::vector<mx::array>& values,
+                                             const std::vector<int>& offsets,
+                                             const std::vector<bool>& in_place, float scale) {
+  const char* where = "rows_decode_attention";
+  check(q.ndim() == 4 && q.shape(2) == 1 && k_new.ndim() == 4 && v_new.shape() == k_new.shape() &&
+            k_new.shape(0) == q.shape(0) && k_new.shape(2) == 1 && k_new.shape(3) == q.shape(3) &&
+            k_new.shape(1) > 0 && q.shape(1) % k_new.shape(1) == 0,
+        where, "expected q (B, Hq, 1, D) and k, v (B, Hkv, 1, D) with Hq a multiple of Hkv");
+  const int B = q.shape(0), Hkv = k_new.shape(1), D = q.shape(3);
+  check(D <= kAttnMaxD, where, "head_dim ", D, " exceeds the kernel's ", kAttnMaxD);
+  check(static_cast<int>(keys.size()) == B && values.size() == keys.size() &&
+            offsets.size() == keys.size() && in_place.size() == keys.size(),
+        where, "expected one buffer pair, offset and in-place flag per row, got ", keys.size(),
+        " for ", B, " rows");
+  std::vector<mx::array> in = {q, k_new, v_new};
+  std::vector<mx::Shape> shapes = {q.shape()};
+  std::vector<mx::Dtype> dtypes = {q.dtype()};
+  for (int b = 0; b < B; ++b) {
+    for (const mx::array* buf : {&keys[b], &values[b]}) {
+      check(buf->ndim() == 4 && buf->shape(0) == 1 && buf->shape(1) == Hkv &&
+                buf->shape(3) == D && offsets[b] >= 0 && offsets[b] < buf->shape(2) &&
+                (buf->dtype() == mx::float32 || buf->dtype() == mx::bfloat16 ||
+                 buf->dtype() == mx::float16),
+            where, "row ", b, ": expected cache buffers (1, ", Hkv, ", > ", offsets[b], ", ", D,
+            ") of a float dtype");
+      in.push_back(*buf);
+      shapes.push_back(buf->shape());
+      dtypes.push_back(buf->dtype());
+    }
+  }
+  auto prim = std::make_shared<RowsDecodeAttention>(mx::default_stream(mx::Device::cpu), offsets,
+                                                    in_place, scale, active_isa());
+  return mx::array::make_arrays(std::move(shapes), std::move(dtypes), prim, std::move(in));
 }
 
 }  // namespace lmx::kernels::cpu

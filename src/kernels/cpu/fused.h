@@ -89,4 +89,18 @@ std::vector<mx::array> decoder_layer(const mx::array& x, const mx::array& keys,
 mx::array causal_attention(const mx::array& q, const mx::array& k, const mx::array& v, float scale,
                            std::optional<Isa> isa = std::nullopt);
 
+// Decode attention of B independent rows (continuous batching), each over its own KV cache:
+// row b's new key and value (k_new, v_new (B, Hkv, 1, D), row b) are written at position
+// offsets[b] of keys[b], values[b] ((1, Hkv, capacity_b, D), a float dtype), and its query
+// (q (B, Hq, 1, D), row b) attends over positions [0, offsets[b]]. Returns the output (B, Hq, 1,
+// D) in q's dtype, then each row's key and value buffers: written where they lie when
+// in_place[b] (KVCache::reserve's word), else copies. One primitive for what is otherwise a few
+// MLX ops per row and layer.
+std::vector<mx::array> rows_decode_attention(const mx::array& q, const mx::array& k_new,
+                                             const mx::array& v_new,
+                                             const std::vector<mx::array>& keys,
+                                             const std::vector<mx::array>& values,
+                                             const std::vector<int>& offsets,
+                                             const std::vector<bool>& in_place, float scale);
+
 }  // namespace lmx::kernels::cpu
