@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 
 namespace lmx {
@@ -78,7 +79,9 @@ void ProgressBar::finish() {
 void ProgressBar::draw(bool final) {
   const double elapsed = std::chrono::duration<double>(Clock::now() - start_).count();
   const double rate = elapsed > 0 ? static_cast<double>(done_ - initial_) / elapsed : 0.0;
-  std::string line = label_ + "  ";
+  std::string line = label_;
+  line.resize(std::max<size_t>(line.size(), 24), ' ');
+  line += "  ";
   if (total_) {
     const double frac = std::min(1.0, static_cast<double>(done_) / static_cast<double>(total_));
     char pct[16];

@@ -15,7 +15,7 @@
 
     LMX_BINARY=build/lmx .venv/bin/python tests/hub/test_hub.py
 """
-import hashlib
+import json
 import os
 import shutil
 import signal
@@ -190,6 +190,14 @@ class HubTest(unittest.TestCase):
         self.check_lmx_layout("v1")
         self.assertEqual([r for r in self.hub.requests() if "/resolve/" in r["path"]], [])
         self.assertEqual(self.generate_from(REPO, self.env(HF_HUB_OFFLINE="1")), self.baseline)
+        # huggingface_hub's cache scanner finds nothing malformed and both refs.
+        code = ("import json\nfrom huggingface_hub import scan_cache_dir\ni = scan_cache_dir()\n"
+                "print(json.dumps([[str(w) for w in i.warnings], [[r.repo_id, r.size_on_disk, "
+                "[sorted(v.refs) for v in r.revisions]] for r in i.repos]]))")
+        warnings, repos = json.loads(self.hf(code, env=env))
+        self.assertEqual(warnings, [])
+        size = sum(p.stat().st_size for p in (self.folder / "blobs").iterdir())
+        self.assertEqual(repos, [[REPO, size, [["main", "v1"]]]])
         # Without the token the private repo is not found.
         p = self.lmx("get", REPO, ok=False)
         self.assertIn(b"not found on the hub", p.stderr)
