@@ -28,7 +28,7 @@ namespace {
 bool parse_or_help(Flags& f, const Args& args, size_t positional, Args& rest) {
   Args flags;
   for (const auto& a : args) {
-    if (a.rfind("-", 0) == 0)
+    if (a.rfind('-', 0) == 0)
       flags.push_back(a);
     else
       rest.push_back(a);

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 
 namespace lmx {
@@ -31,7 +32,7 @@ namespace {
 
 std::string format_duration(double s) {
   if (s < 0 || s > 99 * 3600) return "--:--";
-  const long t = static_cast<long>(s + 0.5);
+  const long t = std::lround(s);
   char buf[32];
   if (t >= 3600)
     std::snprintf(buf, sizeof buf, "%ld:%02ld:%02ld", t / 3600, (t / 60) % 60, t % 60);

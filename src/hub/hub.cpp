@@ -53,7 +53,7 @@ bool env_true(const char* name) {
 }
 
 fs::path expand_user(const std::string& p) {
-  if (p.rfind("~", 0) == 0 && !env("HOME").empty()) return fs::path(env("HOME") + p.substr(1));
+  if (p.rfind('~', 0) == 0 && !env("HOME").empty()) return fs::path(env("HOME") + p.substr(1));
   return fs::path(p);
 }
 
@@ -110,7 +110,7 @@ std::string join_location(const std::string& base, const std::string& location) 
   if (location.find("://") != std::string::npos) return location;
   const Url b = parse_url(base);
   if (location.rfind("//", 0) == 0) return b.origin.substr(0, b.origin.find("://") + 1) + location;
-  if (location.rfind("/", 0) == 0) return b.origin + location;
+  if (location.rfind('/', 0) == 0) return b.origin + location;
   std::string dir = b.target.substr(0, b.target.find('?'));
   dir = dir.substr(0, dir.rfind('/') + 1);
   return b.origin + dir + location;
@@ -472,7 +472,7 @@ std::optional<fs::path> cached_snapshot(const fs::path& folder, const RepoRef& r
 // What a loadable snapshot must hold: config.json and its weights (every shard of the index).
 std::vector<std::string> missing_model_files(const fs::path& snap) {
   std::vector<std::string> missing;
-  if (!fs::exists(snap / "config.json")) missing.push_back("config.json");
+  if (!fs::exists(snap / "config.json")) missing.emplace_back("config.json");
   const fs::path index = snap / "model.safetensors.index.json";
   if (fs::exists(index)) {
     std::set<std::string> shards;
@@ -482,7 +482,7 @@ std::vector<std::string> missing_model_files(const fs::path& snap) {
         for (const auto& [k, v] : j["weight_map"].items())
           if (v.is_string()) shards.insert(v.get<std::string>());
     } catch (const Error&) {
-      missing.push_back("model.safetensors.index.json (unreadable)");
+      missing.emplace_back("model.safetensors.index.json (unreadable)");
     }
     for (const auto& s : shards)
       if (!fs::exists(snap / s)) missing.push_back(s);
@@ -491,7 +491,7 @@ std::vector<std::string> missing_model_files(const fs::path& snap) {
     for (const auto& e : fs::directory_iterator(snap))
       any |= e.path().extension() == ".safetensors" && fs::exists(e.path());
     // An adapter repository has adapter files instead of a model.
-    if (!any && !fs::exists(snap / "adapter_config.json")) missing.push_back("*.safetensors");
+    if (!any && !fs::exists(snap / "adapter_config.json")) missing.emplace_back("*.safetensors");
   }
   return missing;
 }
@@ -610,9 +610,9 @@ fs::path download(const RepoRef& ref, const HubOptions& options) {
     info = get_json(ctx, ref, api);
   } catch (const Unreachable& e) {
     // Like huggingface_hub: when the hub cannot be reached, a complete cached snapshot will do.
-    const fs::path snap = from_cache(ref, ctx.cache, std::string("; ") + e.what());
-    std::fprintf(stderr, "lmx: the hub is unreachable; using the cached %s\n", snap.c_str());
-    return snap;
+    fs::path cached = from_cache(ref, ctx.cache, std::string("; ") + e.what());
+    std::fprintf(stderr, "lmx: the hub is unreachable; using the cached %s\n", cached.c_str());
+    return cached;
   }
   check(info.is_object() && info.contains("sha") && info["sha"].is_string(), kWhere,
         "the hub's answer to ", api, " has no commit hash ('sha')");
@@ -633,7 +633,7 @@ fs::path download(const RepoRef& ref, const HubOptions& options) {
            (b.find(".safetensors") != std::string::npos);
   });
 
-  const fs::path snap = folder / "snapshots" / commit;
+  fs::path snap = folder / "snapshots" / commit;
   fs::create_directories(folder / "blobs");
   fs::create_directories(snap);
   if (ref.revision != commit) write_atomically(folder / "refs" / ref.revision, commit);

@@ -219,6 +219,14 @@ class HubTest(unittest.TestCase):
         self.check_lmx_layout()
         self.assertEqual(len(self.hub.requests("cdn")), 1)
 
+    def test_renamed_repo_follows_the_hubs_redirects(self):
+        self.hub.aliases["old-org/tiny"] = REPO
+        self.folder = self.cache / "models--old-org--tiny"  # stored under the name asked for
+        self.lmx("get", "old-org/tiny")
+        self.check_lmx_layout()
+        redirected = [r["path"] for r in self.hub.requests("hub") if "old-org" in r["path"]]
+        self.assertEqual(len(redirected), 1 + len(self.repo.files) - len(EXTRA))  # API + HEADs
+
     def test_generate_downloads_on_first_use(self):
         self.assertEqual(self.generate_from(REPO, self.env()), self.baseline)
         self.check_lmx_layout()

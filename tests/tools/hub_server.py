@@ -12,7 +12,8 @@ lmx (src/hub/hub.cpp) use:
   HEAD/GET /cdn/{sha256}                     the CDN: Range requests (206), and a 400 for a request
                                              carrying Authorization (as signed storage URLs do)
 
-Errors carry X-Error-Code (RepoNotFound, RevisionNotFound, EntryNotFound) as the hub's do.
+A renamed repo (`aliases[old] = new`) answers every request with a 307 to the same path under
+the new name (a relative Location on the same origin). Errors carry X-Error-Code (RepoNotFound, RevisionNotFound, EntryNotFound) as the hub's do.
 Faults for the tests: `drop_once[file] = n` sends n bytes of the next GET of that file and closes
 the connection; `stall[file] = n` sends n bytes and then waits until `release` is set. Every
 request is logged (method, path, Range, Authorization).
@@ -55,6 +56,7 @@ class Hub:
         """tls: (certfile, keyfile) to serve https on both servers."""
         self.tls = tls
         self.repos = {}
+        self.aliases = {}  # renamed repos: old id -> new id, answered with a 307 as the hub does
         self.token = token
         self.log = []
         self.drop_once = {}
@@ -291,6 +293,14 @@ class Hub:
                 hub._record("hub", self)
                 path = unquote(urlsplit(self.path).path)
                 parts = [p for p in path.split("/") if p]
+                at = 2 if parts[:2] == ["api", "models"] else 0
+                new = hub.aliases.get("/".join(parts[at:at + 2]))
+                if new is not None:
+                    self.send_response(307)
+                    self.send_header("Location", "/" + "/".join(parts[:at] + [new] + parts[at + 2:]))
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
                 if parts[:2] == ["api", "models"]:
                     hub._api(self, parts[2:])
                 else:
