@@ -271,6 +271,17 @@ class HubTest(unittest.TestCase):
 
     # ---- errors -------------------------------------------------------------------------
 
+    def test_corrupt_download_is_refused(self):
+        # The content must hash to its etag: sha256 for LFS files, git's blob sha1 otherwise.
+        for name, algo in (("config.json", "git sha1"), ("model.safetensors", "sha256")):
+            self.hub.corrupt_once.add(name)
+            p = self.lmx("get", REPO, ok=False)
+            self.assertIn(f"'{name}' of '{REPO}' is corrupt: its {algo}".encode(), p.stderr)
+            self.assertFalse(os.path.lexists(self.snapshot() / name))
+            self.assertEqual(list(self.folder.glob("blobs/*.incomplete")), [])
+        self.lmx("get", REPO)
+        self.check_lmx_layout()
+
     def test_not_found_on_the_hub(self):
         p = self.lmx("get", "lmx-test/no-such-model", ok=False)
         self.assertIn(b"not found on the hub", p.stderr)

@@ -15,7 +15,8 @@ lmx (src/hub/hub.cpp) use:
 A renamed repo (`aliases[old] = new`) answers every request with a 307 to the same path under
 the new name (a relative Location on the same origin). Errors carry X-Error-Code (RepoNotFound, RevisionNotFound, EntryNotFound) as the hub's do.
 Faults for the tests: `drop_once[file] = n` sends n bytes of the next GET of that file and closes
-the connection; `stall[file] = n` sends n bytes and then waits until `release` is set. Every
+the connection; `stall[file] = n` sends n bytes and then waits until `release` is set;
+`corrupt_once` holds files whose next GET has one byte flipped. Every
 request is logged (method, path, Range, Authorization).
 
     python hub_server.py --repo org/name=DIR ...   serves until killed, prints its URL
@@ -61,6 +62,7 @@ class Hub:
         self.log = []
         self.drop_once = {}
         self.stall = {}
+        self.corrupt_once = set()
         self.release = threading.Event()
         self.lock = threading.Lock()
         self.blobs = {}  # sha256 -> bytes, what the CDN serves
@@ -160,6 +162,10 @@ class Hub:
         with self.lock:
             drop = self.drop_once.pop(fault_key, None)
             stall = self.stall.pop(fault_key, None)
+            corrupt = fault_key in self.corrupt_once
+            self.corrupt_once.discard(fault_key)
+        if corrupt:
+            body = bytes([body[0] ^ 0xFF]) + body[1:]
         if drop is not None:
             h.wfile.write(body[:drop])
             h.wfile.flush()
