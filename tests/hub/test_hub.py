@@ -15,6 +15,7 @@
 
     LMX_BINARY=build/lmx .venv/bin/python tests/hub/test_hub.py
 """
+import fcntl
 import json
 import os
 import shutil
@@ -268,6 +269,31 @@ class HubTest(unittest.TestCase):
         self.assertEqual([r["range"] for r in self.hub.requests("cdn")], [f"bytes={half}-"])
         self.check_lmx_layout()
         self.assertEqual(self.generate_from(REPO, self.env(HF_HUB_OFFLINE="1")), self.baseline)
+
+    def test_waits_for_another_download_of_the_blob(self):
+        # Another process (lmx or huggingface_hub) holds the blob's lock in .locks/ and finishes
+        # the blob: lmx waits for the lock, then links that blob instead of downloading it.
+        sha = self.repo.sha256("model.safetensors")
+        lock = self.cache / ".locks" / self.folder.name / (sha + ".lock")
+        lock.parent.mkdir(parents=True)
+        with open(lock, "w") as held:
+            fcntl.flock(held, fcntl.LOCK_EX)
+            proc = subprocess.Popen([LMX, "get", REPO], env=self.env(), stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE)
+            head = f"/{REPO}/resolve/{self.repo.commit}/model.safetensors"
+            deadline = time.monotonic() + 60
+            while not any(r["method"] == "HEAD" and r["path"] == head for r in self.hub.requests()):
+                self.assertIsNone(proc.poll())
+                self.assertLess(time.monotonic(), deadline, "lmx never asked for the weights")
+                time.sleep(0.05)
+            blob = self.folder / "blobs" / sha
+            (self.folder / "blobs" / "other-process.tmp").write_bytes(self.weights)
+            os.replace(self.folder / "blobs" / "other-process.tmp", blob)
+            fcntl.flock(held, fcntl.LOCK_UN)
+        out, err = proc.communicate(timeout=120)
+        self.assertEqual(proc.returncode, 0, err.decode(errors="replace"))
+        self.assertEqual(self.hub.requests("cdn"), [])
+        self.check_lmx_layout()
 
     # ---- errors -------------------------------------------------------------------------
 
