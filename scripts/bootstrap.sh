@@ -21,7 +21,7 @@ for a in "$@"; do
   esac
 done
 
-debs=(cmake g++ pkg-config nlohmann-json3-dev libpcre2-dev libutf8proc-dev libcpp-httplib-dev python3-venv)
+debs=(cmake g++ pkg-config nlohmann-json3-dev libpcre2-dev libutf8proc-dev libcpp-httplib-dev libssl-dev python3-venv)
 ((with_test)) && debs+=(libgtest-dev libgmock-dev tmux)
 missing=()
 for d in "${debs[@]}"; do

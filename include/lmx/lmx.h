@@ -146,7 +146,9 @@ std::string tier_description(const LoadOptions& options = {});
 
 class LanguageModel {
  public:
-  // Loads config.json, model*.safetensors, tokenizer.json from `dir`. Throws lmx::Error.
+  // Loads config.json, model*.safetensors, tokenizer.json from `dir`, or from a Hugging Face repo
+  // id `org/name[@revision]` in the local cache, downloaded when missing unless HF_HUB_OFFLINE=1
+  // (docs/hub.md). Throws lmx::Error.
   static LanguageModel load(const std::filesystem::path& dir, const LoadOptions& options = {});
   ~LanguageModel();
   LanguageModel(LanguageModel&&) noexcept;

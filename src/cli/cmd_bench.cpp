@@ -199,7 +199,8 @@ ConcurrencyResult bench_concurrent(LanguageModel& model, const GenerateOptions& 
 
 int cmd_bench(const Args& args) {
   std::vector<FlagSpec> specs = {
-      {"model", "model directory (MLX format)", false, "DIR"},
+      {"model", "model directory (MLX format) or Hugging Face repo id org/name[@rev]", false,
+       "DIR|REPO"},
       {"prompt-tokens", "prompt length", false, "N", "512"},
       {"gen-tokens", "tokens to generate", false, "N", "128"},
       {"workloads", "several runs on one load: PROMPT:GEN pairs, e.g. 16:128,2048:1 (JSON lines)",
@@ -215,6 +216,7 @@ int cmd_bench(const Args& args) {
       {"json", "print one JSON line instead of text", true},
       {"exact", "tier L1: stock MLX ops, bit-exact with mlx-lm (default: the fast tier L3)", true},
       adapter_path_flag(),
+      offline_flag(),
   };
   for (auto& spec : kv_cache_flags()) specs.push_back(spec);
   for (auto& spec : tensor_parallel_flags()) specs.push_back(spec);
@@ -235,11 +237,13 @@ int cmd_bench(const Args& args) {
                         : parse_workloads(workloads);
   const bool as_json = f.on("json") || !workloads.empty();
   const std::string dir = f.required("model");
+  const std::string model_dir = resolve_model_flag(f);
+  const auto adapter = adapter_path(f);
   if (launched_ranks(f, "bench", args)) return 0;
   // Every rank draws the same random prompts (same seed) and runs the same steps.
   const int tp = tensor_parallel_size(f);
   LanguageModel model = LanguageModel::load(
-      dir, {.exact = f.on("exact"), .tensor_parallel = tp, .adapter_path = adapter_path(f)});
+      model_dir, {.exact = f.on("exact"), .tensor_parallel = tp, .adapter_path = adapter});
   notify_rank_ready();
   GenerateOptions opt;
   set_kv_cache_options(f, model, opt);

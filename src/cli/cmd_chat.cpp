@@ -55,7 +55,7 @@ int cmd_chat(const Args& args) {
     return 0;
   }
   const GenerateOptions opt = generate_options(f);
-  const std::string dir = f.required("model");
+  const std::string dir = resolve_model_flag(f);
   check(std::filesystem::is_directory(dir), "chat", "model directory '", dir, "' does not exist");
   const chat::ChatTemplate tmpl = chat::load_chat_template(dir, f.str("chat-template"));
   chat::TemplateOptions topt;

@@ -16,7 +16,8 @@ int cmd_convert(const Args& args) {
           "quantization (lossless with the default float32 scales); Q6_K is dequantized and\n"
           "re-quantized. See docs/convert.md.",
           {
-              {"hf-path", "source: HF model directory or .gguf file", false, "PATH"},
+              {"hf-path", "source: HF model directory, .gguf file or hub repo id org/name[@rev]",
+               false, "PATH|REPO"},
               {"model", "alias of --hf-path", false, "PATH"},
               {"mlx-path", "destination directory (must not exist)", false, "DIR", "mlx_model"},
               {"quantize", "quantize, also -q (HF: Linear/Embedding weights; GGUF: float matrices)",
@@ -33,6 +34,7 @@ int cmd_convert(const Args& args) {
               {"gguf-kquant-float", "keep k-quant tensors as float (--dtype) instead", true},
               {"gguf-dequantize", "write every GGUF tensor as float (no quantization)", true},
               {"quiet", "no progress lines on stderr", true},
+              offline_flag(),
           });
   if (!f.parse(args)) {
     std::fputs(f.usage().c_str(), stdout);
@@ -41,7 +43,7 @@ int cmd_convert(const Args& args) {
   try {
     convert::ConvertOptions o;
     check(f.has("hf-path") || f.has("model"), "lmx convert", "missing required flag --hf-path");
-    o.src = f.has("hf-path") ? f.str("hf-path") : f.str("model");
+    o.src = resolve_model_flag(f, f.has("hf-path") ? "hf-path" : "model");
     o.dst = f.str("mlx-path", "mlx_model");
     o.quantize = f.on("quantize") || f.on("q");
     o.q_bits = f.opt_integer("q-bits");

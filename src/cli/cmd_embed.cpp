@@ -24,14 +24,16 @@ std::vector<std::string> read_lines(const std::string& path) {
 }  // namespace
 
 int cmd_embed(const Args& args) {
-  Flags f("embed",
-          "Embed texts with a Qwen3-Embedding checkpoint: end-of-text token appended, last-token "
-          "pooling of the final norm's state, L2-normalized. Prints JSON to standard output.",
-          {{"model", "model directory (MLX format)", false, "DIR"},
-           {"text", "a text to embed (repeatable)", false, "TEXT"},
-           {"file", "embed every non-empty line of this file", false, "PATH"},
-           {"exact", "tier L1: stock MLX ops, bit-exact with mlx-lm (default: the fast tier L3)",
-            true}});
+  Flags f(
+      "embed",
+      "Embed texts with a Qwen3-Embedding checkpoint: end-of-text token appended, last-token "
+      "pooling of the final norm's state, L2-normalized. Prints JSON to standard output.",
+      {{"model", "model directory (MLX format) or Hugging Face repo id org/name[@rev]", false,
+        "DIR|REPO"},
+       {"text", "a text to embed (repeatable)", false, "TEXT"},
+       {"file", "embed every non-empty line of this file", false, "PATH"},
+       {"exact", "tier L1: stock MLX ops, bit-exact with mlx-lm (default: the fast tier L3)", true},
+       offline_flag()});
   if (!f.parse(args)) {
     std::fputs(f.usage().c_str(), stdout);
     return 0;
@@ -40,7 +42,7 @@ int cmd_embed(const Args& args) {
   for (const std::string& path : f.all("file"))
     for (std::string& line : read_lines(path)) texts.push_back(std::move(line));
   check(!texts.empty(), "lmx embed", "nothing to embed, expected --text or --file");
-  LanguageModel model = LanguageModel::load(f.required("model"), {.exact = f.on("exact")});
+  LanguageModel model = LanguageModel::load(resolve_model_flag(f), {.exact = f.on("exact")});
   std::vector<std::vector<int>> batch;
   size_t tokens = 0;
   for (const std::string& t : texts) {

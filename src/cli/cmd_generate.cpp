@@ -13,7 +13,8 @@ namespace lmx::cli {
 
 std::vector<FlagSpec> sampling_flags() {
   return {
-      {"model", "model directory (MLX format)", false, "DIR"},
+      {"model", "model directory (MLX format) or Hugging Face repo id org/name[@rev]", false,
+       "DIR|REPO"},
       {"prompt", "prompt text ('-' reads standard input)", false, "TEXT"},
       {"max-tokens", "maximum number of tokens to generate", false, "N", "256"},
       {"temp", "sampling temperature, 0 = greedy", false, "T", "0"},
@@ -29,19 +30,20 @@ std::vector<FlagSpec> sampling_flags() {
       {"ignore-chat-template", "(accepted for mlx_lm compatibility; prompts are used as given)",
        true},
       adapter_path_flag(),
+      offline_flag(),
   };
 }
 
 FlagSpec adapter_path_flag() {
   return {"adapter-path",
           "LoRA / DoRA adapter directory in mlx-lm's format (adapter_config.json, "
-          "adapters.safetensors)",
-          false, "DIR"};
+          "adapters.safetensors), or a Hugging Face repo id of one",
+          false, "DIR|REPO"};
 }
 
 std::optional<std::filesystem::path> adapter_path(const Flags& f) {
   if (!f.has("adapter-path")) return std::nullopt;
-  return std::filesystem::path(f.str("adapter-path"));
+  return std::filesystem::path(resolve_model_flag(f, "adapter-path"));
 }
 
 std::vector<FlagSpec> kv_cache_flags() {
@@ -137,11 +139,13 @@ int cmd_generate(const Args& args) {
   }
   GenerateOptions opt = generate_options(f);
   const std::string prompt = prompt_text(f);
+  // Resolved (downloaded) once here, before any tensor-parallel rank starts.
+  const std::string model_dir = resolve_model_flag(f);
+  const auto adapter = adapter_path(f);
   if (launched_ranks(f, "generate", args, prompt)) return 0;
-  LanguageModel model =
-      LanguageModel::load(f.required("model"), {.exact = f.on("exact"),
-                                                .tensor_parallel = tensor_parallel_size(f),
-                                                .adapter_path = adapter_path(f)});
+  LanguageModel model = LanguageModel::load(model_dir, {.exact = f.on("exact"),
+                                                        .tensor_parallel = tensor_parallel_size(f),
+                                                        .adapter_path = adapter});
   notify_rank_ready();
   // Every rank generates the same tokens; only rank 0 reports (the launcher drops the others'
   // standard output).

@@ -12,7 +12,8 @@ int cmd_serve(const Args& args) {
           "Serve the model over HTTP: OpenAI (/v1/chat/completions, /v1/completions, /v1/models) "
           "and Anthropic (/v1/messages) APIs.",
           {
-              {"model", "model directory (MLX format)", false, "DIR"},
+              {"model", "model directory (MLX format) or Hugging Face repo id org/name[@rev]",
+               false, "DIR|REPO"},
               {"host", "address to listen on", false, "HOST", "127.0.0.1"},
               {"port", "port to listen on", false, "PORT", "8080"},
               {"max-tokens", "default maximum tokens per response", false, "N", "512"},
@@ -45,6 +46,7 @@ int cmd_serve(const Args& args) {
               {"exact", "tier L1: stock MLX ops, bit-exact with mlx-lm (default: the fast tier L3)",
                true},
               {"trust-remote-code", "(accepted for mlx_lm compatibility; no code is run)", true},
+              offline_flag(),
           });
   for (auto& spec : kv_cache_flags()) f.add(spec);
   if (!f.parse(args)) {
@@ -52,7 +54,7 @@ int cmd_serve(const Args& args) {
     return 0;
   }
   server::ServerOptions o;
-  o.model = f.required("model");
+  o.model = resolve_model_flag(f);
   o.adapter_path = adapter_path(f);
   o.exact = f.on("exact");
   o.host = f.str("host", "127.0.0.1");

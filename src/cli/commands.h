@@ -15,6 +15,11 @@ using Args = std::vector<std::string>;
 
 int cmd_generate(const Args& args);
 
+// --offline, and the directory a model reference flag names: a directory as it is, or a Hugging
+// Face repo id (org/name[@revision]) from the cache, downloaded when missing (src/hub).
+FlagSpec offline_flag();
+std::string resolve_model_flag(const Flags& flags, const std::string& flag = "model");
+
 // The sampling flags shared by generate and bench, and the options they set.
 std::vector<FlagSpec> sampling_flags();
 // --adapter-path DIR (generate, chat, bench, serve) and its value for LoadOptions.
@@ -37,5 +42,8 @@ int cmd_bench(const Args& args);
 int cmd_chat(const Args& args);
 int cmd_serve(const Args& args);
 int cmd_embed(const Args& args);
+int cmd_get(const Args& args);
+int cmd_ls(const Args& args);
+int cmd_rm(const Args& args);
 
 }  // namespace lmx::cli

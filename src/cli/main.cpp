@@ -18,6 +18,12 @@ commands:
   chat       chat with a model in the terminal
   serve      serve the model over HTTP (OpenAI and Anthropic APIs)
   embed      embed texts (Qwen3-Embedding checkpoints), printed as JSON
+  get        download a model from the Hugging Face hub into the local cache
+  ls         list the models in the local Hugging Face cache
+  rm         remove a model from the local Hugging Face cache
+
+--model takes a model directory or a Hugging Face repo id (org/name[@revision]), found in the
+cache or downloaded (docs/hub.md).
 
 lmx <command> --help shows the flags of a command. lmx --version prints the version and backend.
 )";
@@ -49,6 +55,9 @@ int main(int argc, char** argv) {
     if (cmd == "chat") return cmd_chat(args);
     if (cmd == "serve") return cmd_serve(args);
     if (cmd == "embed") return cmd_embed(args);
+    if (cmd == "get") return cmd_get(args);
+    if (cmd == "ls") return cmd_ls(args);
+    if (cmd == "rm") return cmd_rm(args);
     std::fprintf(stderr, "lmx: unknown command '%s'\n\n%s", cmd.c_str(), kUsage);
     return 1;
   } catch (const lmx::Error& e) {

@@ -11,6 +11,7 @@
 #include "engine/tensor_parallel.h"
 #include "engine/vocab.h"
 #include "generate/generate.h"
+#include "hub/hub.h"
 #include "kernels/cpu/qmm.h"
 #include "kernels/cpu/thread_pool.h"
 #include "lmx/lmx.h"
@@ -44,7 +45,9 @@ LanguageModel::~LanguageModel() = default;
 LanguageModel::LanguageModel(LanguageModel&&) noexcept = default;
 LanguageModel& LanguageModel::operator=(LanguageModel&&) noexcept = default;
 
-LanguageModel LanguageModel::load(const std::filesystem::path& dir, const LoadOptions& options) {
+LanguageModel LanguageModel::load(const std::filesystem::path& model, const LoadOptions& options) {
+  // A directory, or a Hugging Face repo id from the cache / the hub (HF_HUB_OFFLINE honoured).
+  const std::filesystem::path dir = hub::resolve_model(model.string());
   check(options.tensor_parallel >= 1, "load", "tensor_parallel must be >= 1, got ",
         options.tensor_parallel);
   std::optional<ShardSpec> shard;
