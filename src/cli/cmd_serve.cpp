@@ -54,6 +54,7 @@ int cmd_serve(const Args& args) {
     return 0;
   }
   server::ServerOptions o;
+  o.model_id = f.required("model");  // as given: a repo id stays the model's name
   o.model = resolve_model_flag(f);
   o.adapter_path = adapter_path(f);
   o.exact = f.on("exact");

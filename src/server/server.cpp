@@ -313,7 +313,7 @@ int serve(const ServerOptions& o) {
   Context ctx;
   ctx.options = o;
   ctx.created = static_cast<long>(std::time(nullptr));
-  ctx.model_id = o.model.string();
+  ctx.model_id = o.model_id.empty() ? o.model.string() : o.model_id;
   {
     ojson args = ojson::parse(o.chat_template_args, nullptr, false);
     check(!args.is_discarded() && args.is_object(), "serve",

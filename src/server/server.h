@@ -13,6 +13,7 @@ namespace lmx::server {
 
 struct ServerOptions {
   std::filesystem::path model;
+  std::string model_id;  // the --model reference as given (a directory or a repo id)
   bool exact = false;  // --exact: tier L1
   // --adapter-path: an mlx-lm LoRA adapter directory
   std::optional<std::filesystem::path> adapter_path;

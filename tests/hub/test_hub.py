@@ -232,6 +232,41 @@ class HubTest(unittest.TestCase):
         self.assertEqual(self.generate_from(REPO, self.env()), self.baseline)
         self.check_lmx_layout()
 
+    def test_serve_answers_to_the_repo_id(self):
+        # lmx serve --model org/name: the model's id is the repo id, not the snapshot path.
+        import http.client
+        import socket
+        import time
+        self.lmx("get", REPO, "--quiet")
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        proc = subprocess.Popen([LMX, "serve", "--model", REPO, "--offline", "--port", str(port),
+                                 "--exact"], env=self.env(), stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+        try:
+            def ask(path, body=None):
+                c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+                c.request("POST" if body else "GET", path,
+                          json.dumps(body) if body else None, {"Content-Type": "application/json"})
+                r = c.getresponse()
+                return r.status, json.loads(r.read())
+            for _ in range(300):
+                try:
+                    if ask("/health")[0] == 200:
+                        break
+                except OSError:
+                    time.sleep(0.1)
+            status, models = ask("/v1/models")
+            self.assertEqual([m["id"] for m in models["data"]], [REPO])
+            status, out = ask("/v1/completions", {"model": REPO, "prompt": PROMPT, "max_tokens": 2})
+            self.assertEqual(status, 200, out)
+            status, out = ask("/v1/completions", {"model": "other/name", "prompt": PROMPT})
+            self.assertEqual(status, 404, out)
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
+
     # ---- interrupted downloads ----------------------------------------------------------
 
     def test_dropped_connection_resumes_with_range(self):
