@@ -370,6 +370,9 @@ ROWS = [
     row("minicpm_q4_g64", MINICPM, 19, 2048, quant=q(4)),
     row("starcoder2_tied", STARCODER2, 23, 8),
     row("starcoder2_untied_q4_g64", STARCODER2, 16, 2048, quant=q(4), tie_word_embeddings=False),
+    # --- llama's layer_types: sliding layers with window 8 < prompt 30 beside full ones ---
+    row("llama_layer_types_window8", LLAMA, 30, 8, num_hidden_layers=4, sliding_window=8,
+        layer_types=["sliding_attention", "full_attention"] * 2),
     # --- 16-byte aligned widths (A512): the quantized rows that also run on CUDA ---
     row("llama_a512_q4_g64", LLAMA, 19, 8, quant=q(4), **A512),
     row("llama_a512_q4_g32", LLAMA, 12, 2048, quant=q(4, 32), tie_word_embeddings=False, **A512),

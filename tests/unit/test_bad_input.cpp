@@ -171,6 +171,27 @@ TEST_F(BadInput, UnsupportedRopeScaling) {
   expect_load_error("unsupported rope_scaling type 'mystery'");
 }
 
+TEST_F(BadInput, UnknownLayerType) {
+  config_["layer_types"] = {"chunked_attention"};
+  write_config();
+  expect_load_error(
+      "[config.json] layer_types entry \"chunked_attention\" is not supported, expected "
+      "\"full_attention\" or \"sliding_attention\"");
+}
+
+TEST_F(BadInput, LayerTypesWithoutFullLayer) {
+  config_["layer_types"] = {"sliding_attention"};
+  config_["sliding_window"] = 8;
+  write_config();
+  expect_load_error("[config.json] layer_types has no \"full_attention\" layer");
+}
+
+TEST_F(BadInput, LayerTypesCount) {
+  config_["layer_types"] = {"full_attention", "full_attention"};
+  write_config();
+  expect_load_error("[config.json] layer_types must list num_hidden_layers (1) entries");
+}
+
 TEST(BadCli, UnknownCommandAndFlag) {
   auto r = test::run_lmx("frobnicate");
   EXPECT_EQ(r.exit_code, 1);
