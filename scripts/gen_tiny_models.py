@@ -196,6 +196,26 @@ STARCODER2 = dict(
     tie_word_embeddings=True,
 )
 
+# Phi-3: fused qkv_proj / gate_up_proj, untied. longrope over 64 original positions of 256:
+# frequencies times long_factor, inputs times sqrt(1 + ln 4 / ln 64).
+PHI3 = dict(
+    model_type="phi3",
+    hidden_size=64,
+    num_hidden_layers=2,
+    intermediate_size=128,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    rms_norm_eps=1e-5,
+    vocab_size=256,
+    rope_theta=10000.0,
+    max_position_embeddings=256,
+    original_max_position_embeddings=64,
+)
+PHI3_LONGROPE = dict(
+    type="longrope",
+    short_factor=[1.0, 1.1, 1.2, 1.3, 1.5, 1.8, 2.0, 2.5],
+    long_factor=[1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0],
+)
 
 def row(
     name,
@@ -370,6 +390,9 @@ ROWS = [
     row("minicpm_q4_g64", MINICPM, 19, 2048, quant=q(4)),
     row("starcoder2_tied", STARCODER2, 23, 8),
     row("starcoder2_untied_q4_g64", STARCODER2, 16, 2048, quant=q(4), tie_word_embeddings=False),
+    # --- phi3: longrope (full rotation), partial rotary 4-bit ---
+    row("phi3_longrope", PHI3, 21, 8, rope_scaling=PHI3_LONGROPE),
+    row("phi3_partial_q4_g64", PHI3, 17, 2048, quant=q(4), partial_rotary_factor=0.5),
     # --- llama's layer_types: sliding layers with window 8 < prompt 30 beside full ones ---
     row("llama_layer_types_window8", LLAMA, 30, 8, num_hidden_layers=4, sliding_window=8,
         layer_types=["sliding_attention", "full_attention"] * 2),
