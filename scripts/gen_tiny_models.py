@@ -216,6 +216,20 @@ PHI3_LONGROPE = dict(
     short_factor=[1.0, 1.1, 1.2, 1.3, 1.5, 1.8, 2.0, 2.5],
     long_factor=[1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0],
 )
+# OLMo 2: norms after the sublayers, q/k norms over the whole projection.
+OLMO2 = dict(
+    model_type="olmo2",
+    hidden_size=64,
+    num_hidden_layers=2,
+    intermediate_size=128,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    rms_norm_eps=1e-6,
+    vocab_size=288,
+    max_position_embeddings=256,
+    rope_theta=500000.0,
+    tie_word_embeddings=False,
+)
 
 def row(
     name,
@@ -393,6 +407,9 @@ ROWS = [
     # --- phi3: longrope (full rotation), partial rotary 4-bit ---
     row("phi3_longrope", PHI3, 21, 8, rope_scaling=PHI3_LONGROPE),
     row("phi3_partial_q4_g64", PHI3, 17, 2048, quant=q(4), partial_rotary_factor=0.5),
+    # --- olmo2 ---
+    row("olmo2", OLMO2, 23, 8),
+    row("olmo2_q4_g64", OLMO2, 17, 2048, quant=q(4), tie_word_embeddings=True),
     # --- llama's layer_types: sliding layers with window 8 < prompt 30 beside full ones ---
     row("llama_layer_types_window8", LLAMA, 30, 8, num_hidden_layers=4, sliding_window=8,
         layer_types=["sliding_attention", "full_attention"] * 2),
