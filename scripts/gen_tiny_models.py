@@ -230,6 +230,26 @@ OLMO2 = dict(
     rope_theta=500000.0,
     tie_word_embeddings=False,
 )
+# Granite: every multiplier away from 1 (attention 0.0625 != head_dim^-0.5 = 0.25).
+GRANITE = dict(
+    model_type="granite",
+    hidden_size=64,
+    num_hidden_layers=2,
+    intermediate_size=128,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    rms_norm_eps=1e-5,
+    vocab_size=256,
+    logits_scaling=4.0,
+    attention_multiplier=0.0625,
+    embedding_multiplier=12.0,
+    residual_multiplier=0.22,
+    max_position_embeddings=256,
+    attention_bias=False,
+    mlp_bias=False,
+    rope_theta=10000.0,
+    tie_word_embeddings=True,
+)
 
 def row(
     name,
@@ -410,6 +430,9 @@ ROWS = [
     # --- olmo2 ---
     row("olmo2", OLMO2, 23, 8),
     row("olmo2_q4_g64", OLMO2, 17, 2048, quant=q(4), tie_word_embeddings=True),
+    # --- granite (its quant_predicate keeps o_proj, down_proj and lm_head at 8 bits) ---
+    row("granite", GRANITE, 22, 8),
+    row("granite_q4_g64", GRANITE, 15, 2048, quant=q(4), tie_word_embeddings=False),
     # --- llama's layer_types: sliding layers with window 8 < prompt 30 beside full ones ---
     row("llama_layer_types_window8", LLAMA, 30, 8, num_hidden_layers=4, sliding_window=8,
         layer_types=["sliding_attention", "full_attention"] * 2),
