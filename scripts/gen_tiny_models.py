@@ -250,6 +250,8 @@ GRANITE = dict(
     rope_theta=10000.0,
     tie_word_embeddings=True,
 )
+# SmolLM3: llama with NoPE layers (default interval 4: layer 3 runs without RoPE).
+SMOLLM3 = dict(LLAMA, model_type="smollm3", num_hidden_layers=4, vocab_size=272)
 
 def row(
     name,
@@ -433,6 +435,10 @@ ROWS = [
     # --- granite (its quant_predicate keeps o_proj, down_proj and lm_head at 8 bits) ---
     row("granite", GRANITE, 22, 8),
     row("granite_q4_g64", GRANITE, 15, 2048, quant=q(4), tie_word_embeddings=False),
+    # --- smollm3: NoPE layers by interval, then by list ---
+    row("smollm3", SMOLLM3, 25, 8),
+    row("smollm3_q4_g64", SMOLLM3, 19, 2048, quant=q(4), no_rope_layers=[1, 0, 1, 0],
+        tie_word_embeddings=False),
     # --- llama's layer_types: sliding layers with window 8 < prompt 30 beside full ones ---
     row("llama_layer_types_window8", LLAMA, 30, 8, num_hidden_layers=4, sliding_window=8,
         layer_types=["sliding_attention", "full_attention"] * 2),
