@@ -252,6 +252,22 @@ GRANITE = dict(
 )
 # SmolLM3: llama with NoPE layers (default interval 4: layer 3 runs without RoPE).
 SMOLLM3 = dict(LLAMA, model_type="smollm3", num_hidden_layers=4, vocab_size=272)
+# Gemma 2: caps low enough (5 on attention scores, 3 on logits) that the soft-capping matters.
+GEMMA2 = dict(
+    model_type="gemma2",
+    hidden_size=64,
+    num_hidden_layers=2,
+    intermediate_size=128,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=32,
+    rms_norm_eps=1e-6,
+    vocab_size=320,
+    rope_theta=10000.0,
+    query_pre_attn_scalar=24,
+    attn_logit_softcapping=5.0,
+    final_logit_softcapping=3.0,
+)
 
 def row(
     name,
@@ -442,6 +458,9 @@ ROWS = [
     # --- llama's layer_types: sliding layers with window 8 < prompt 30 beside full ones ---
     row("llama_layer_types_window8", LLAMA, 30, 8, num_hidden_layers=4, sliding_window=8,
         layer_types=["sliding_attention", "full_attention"] * 2),
+    # --- gemma2: soft-capped attention and logits ---
+    row("gemma2", GEMMA2, 21, 8),
+    row("gemma2_q4_g64", GEMMA2, 17, 2048, quant=q(4), num_key_value_heads=4),
     # --- 16-byte aligned widths (A512): the quantized rows that also run on CUDA ---
     row("llama_a512_q4_g64", LLAMA, 19, 8, quant=q(4), **A512),
     row("llama_a512_q4_g32", LLAMA, 12, 2048, quant=q(4, 32), tie_word_embeddings=False, **A512),
