@@ -268,6 +268,27 @@ GEMMA2 = dict(
     attn_logit_softcapping=5.0,
     final_logit_softcapping=3.0,
 )
+# Qwen3-MoE: layers 0 and 2 route 2 of 4 experts, layer 1 is dense (mlp_only_layers).
+QWEN3_MOE = dict(
+    model_type="qwen3_moe",
+    hidden_size=64,
+    num_hidden_layers=3,
+    intermediate_size=128,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=32,
+    num_experts=4,
+    num_experts_per_tok=2,
+    decoder_sparse_step=1,
+    mlp_only_layers=[1],
+    moe_intermediate_size=64,
+    norm_topk_prob=True,
+    rms_norm_eps=1e-6,
+    vocab_size=320,
+    max_position_embeddings=256,
+    rope_theta=1000000.0,
+    tie_word_embeddings=True,
+)
 
 def row(
     name,
@@ -461,6 +482,10 @@ ROWS = [
     # --- gemma2: soft-capped attention and logits ---
     row("gemma2", GEMMA2, 21, 8),
     row("gemma2_q4_g64", GEMMA2, 17, 2048, quant=q(4), num_key_value_heads=4),
+    # --- qwen3_moe (float experts in f32, see gemma4): unsorted (L * k < 64) and sorted ---
+    row("qwen3_moe_f32", QWEN3_MOE, 30, 8, dtype="float32"),
+    row("qwen3_moe_sorted_q4_g64", QWEN3_MOE, 41, 2048, quant=q(4), norm_topk_prob=False,
+        decoder_sparse_step=2, mlp_only_layers=[], tie_word_embeddings=False),
     # --- 16-byte aligned widths (A512): the quantized rows that also run on CUDA ---
     row("llama_a512_q4_g64", LLAMA, 19, 8, quant=q(4), **A512),
     row("llama_a512_q4_g32", LLAMA, 12, 2048, quant=q(4, 32), tie_word_embeddings=False, **A512),
