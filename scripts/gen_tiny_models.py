@@ -289,6 +289,23 @@ QWEN3_MOE = dict(
     rope_theta=1000000.0,
     tie_word_embeddings=True,
 )
+# GLM-4: sandwich norms, fused gate_up_proj, q/k/v biases, traditional RoPE over half the head.
+GLM4 = dict(
+    model_type="glm4",
+    hidden_size=64,
+    num_hidden_layers=2,
+    intermediate_size=128,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=32,
+    attention_bias=True,
+    partial_rotary_factor=0.5,
+    rms_norm_eps=1e-5,
+    vocab_size=272,
+    rope_theta=10000.0,
+    max_position_embeddings=256,
+)
+
 
 def row(
     name,
@@ -486,6 +503,9 @@ ROWS = [
     row("qwen3_moe_f32", QWEN3_MOE, 30, 8, dtype="float32"),
     row("qwen3_moe_sorted_q4_g64", QWEN3_MOE, 41, 2048, quant=q(4), norm_topk_prob=False,
         decoder_sparse_step=2, mlp_only_layers=[], tie_word_embeddings=False),
+    # --- glm4 ---
+    row("glm4", GLM4, 24, 8),
+    row("glm4_q4_g64", GLM4, 18, 2048, quant=q(4)),
     # --- 16-byte aligned widths (A512): the quantized rows that also run on CUDA ---
     row("llama_a512_q4_g64", LLAMA, 19, 8, quant=q(4), **A512),
     row("llama_a512_q4_g32", LLAMA, 12, 2048, quant=q(4, 32), tie_word_embeddings=False, **A512),
