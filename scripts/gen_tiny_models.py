@@ -458,6 +458,9 @@ ROWS = [
         tied_head=True),
     row("starcoder2_f32_q6_g64", STARCODER2, 16, 2048, dtype="float32", quant=q(6),
         tie_word_embeddings=False),
+    row("phi3_f32_q4_g64", PHI3, 19, 8, dtype="float32", quant=q(4), rope_scaling=PHI3_LONGROPE),
+    row("gemma2_f32_q8_g64", GEMMA2, 16, 2048, dtype="float32", quant=q(8)),
+    row("qwen3_moe_f32_q4_g32", QWEN3_MOE, 41, 8, dtype="float32", quant=q(4, 32)),
     # --- gemma3_text / gemma3: sliding window 8 with 30-token prompts, so the ring wraps ---
     row("gemma3_text_window8", GEMMA3_TEXT, 30, 8),
     row("gemma3_text_window8_oneshot", GEMMA3_TEXT, 30, 2048, tied_head=True),

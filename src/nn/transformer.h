@@ -49,12 +49,12 @@ struct Attention {
   mx::array operator()(const mx::array& x, const Mask& mask, KVCacheBase& cache) const;
 };
 
-// Where a block's RMSNorms sit (the checkpoint names of each family):
-//   pre (llama):    h = x + attn(input_layernorm(x));  h + mlp(post_attention_layernorm(h))
-//   post (olmo2):   h = x + post_attention_layernorm(attn(x));  h +
-//   post_feedforward_layernorm(mlp(h)) sandwich (glm4): h = x +
-//   post_self_attn_layernorm(attn(input_layernorm(x)));
-//                    post_mlp_layernorm(mlp(post_attention_layernorm(h))) + h
+// Where a block's RMSNorms sit (each family's checkpoint names):
+//   pre (llama): h = x + attn(input_layernorm(x)); out = h + mlp(post_attention_layernorm(h))
+//   post (olmo2): h = x + post_attention_layernorm(attn(x));
+//                 out = h + post_feedforward_layernorm(mlp(h))
+//   sandwich (glm4): h = x + post_self_attn_layernorm(attn(input_layernorm(x)));
+//                    out = h + post_mlp_layernorm(mlp(post_attention_layernorm(h)))
 enum class NormPlacement { pre, post, sandwich };
 
 struct DecoderOptions {
