@@ -319,6 +319,7 @@ def row(
     kv_config=None,
     decode=DECODE_STEPS,
     tiers=True,
+    hf_experts=False,
     **overrides,
 ):
     """One model + run. quant: None, or dict(bits, group_size[, recipe]). kv: None, or
@@ -326,7 +327,9 @@ def row(
     quantized_kv_start. tied_head: drop gemma3's lm_head (its sanitize then ties the head).
     kv_config: per-layer KV bits, a list of dict(layer_idx, bits, group_size) saved as the
     model's kv_config.json. decode: greedy steps after the prompt. tiers: whether
-    tests/models/test_tiers.cpp gates this row (float32/float16 quantized rows only)."""
+    tests/models/test_tiers.cpp gates this row (float32/float16 quantized rows only).
+    hf_experts: save float MoE experts one tensor per expert as Hugging Face checkpoints do
+    (mlp.experts.<e>.<proj>.weight), so the loaders' sanitize must stack them."""
     return dict(
         name=name,
         config=dict(config, **overrides),
@@ -339,6 +342,7 @@ def row(
         prompt_len=prompt_len,
         prefill_step=prefill_step,
         tiers=tiers,
+        hf_experts=hf_experts,
     )
 
 
@@ -502,8 +506,9 @@ ROWS = [
     # --- gemma2: soft-capped attention and logits ---
     row("gemma2", GEMMA2, 21, 8),
     row("gemma2_q4_g64", GEMMA2, 17, 2048, quant=q(4), num_key_value_heads=4),
-    # --- qwen3_moe (float experts in f32, see gemma4): unsorted (L * k < 64) and sorted ---
-    row("qwen3_moe_f32", QWEN3_MOE, 30, 8, dtype="float32"),
+    # --- qwen3_moe (float experts in f32, see gemma4): unsorted (L * k < 64) with per-expert
+    # tensors for sanitize to stack, and sorted ---
+    row("qwen3_moe_f32", QWEN3_MOE, 30, 8, dtype="float32", hf_experts=True),
     row("qwen3_moe_sorted_q4_g64", QWEN3_MOE, 41, 2048, quant=q(4), norm_topk_prob=False,
         decoder_sparse_step=2, mlp_only_layers=[], tie_word_embeddings=False),
     # --- glm4 ---
@@ -622,9 +627,32 @@ def write_model(r, out):
             )
     mx.eval(model.parameters())
     save_model(out, model)
+    if r["hf_experts"]:
+        unstack_experts(out)
     save_config(config, out / "config.json")
     if r["kv_config"] is not None:
         (out / "kv_config.json").write_text(json.dumps(r["kv_config"], indent=1) + "\n")
+
+
+def unstack_experts(out):
+    """Rewrites a saved model's mlp.switch_mlp.<proj>.weight (experts, out, in) as Hugging Face's
+    mlp.experts.<e>.<proj>.weight (out, in), the layout qwen3_moe's sanitize stacks."""
+    path = out / "model.safetensors"
+    weights = mx.load(str(path))
+    split = {}
+    for key, value in weights.items():
+        prefix, sep, proj = key.partition(".mlp.switch_mlp.")
+        if not sep:
+            split[key] = value
+            continue
+        assert proj.endswith(".weight"), f"{key}: only float experts can be unstacked"
+        for e in range(value.shape[0]):
+            split[f"{prefix}.mlp.experts.{e}.{proj}"] = value[e]
+    mx.save_safetensors(str(path), split, metadata={"format": "mlx"})
+    index_path = out / "model.safetensors.index.json"
+    index = json.loads(index_path.read_text())
+    index["weight_map"] = {k: "model.safetensors" for k in sorted(split)}
+    index_path.write_text(json.dumps(index, indent=4) + "\n")
 
 
 def greedy(logits):
