@@ -154,8 +154,8 @@ struct TransformerBlock {
 
 class Gemma2 : public Model {
  public:
-  Gemma2(Args a, WeightStore& w)
-      : args_(std::move(a)),
+  Gemma2(const Args& a, WeightStore& w)
+      : args_(a),
         embed_tokens_(
             nn::Embedding::load(w, "model.embed_tokens", args_.vocab_size, args_.hidden_size)),
         norm_(RMSNorm::load(w, "model.norm", args_.hidden_size, args_.rms_norm_eps)) {
