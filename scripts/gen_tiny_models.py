@@ -196,6 +196,116 @@ STARCODER2 = dict(
     tie_word_embeddings=True,
 )
 
+# Phi-3: fused qkv_proj / gate_up_proj, untied. longrope over 64 original positions of 256:
+# frequencies times long_factor, inputs times sqrt(1 + ln 4 / ln 64).
+PHI3 = dict(
+    model_type="phi3",
+    hidden_size=64,
+    num_hidden_layers=2,
+    intermediate_size=128,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    rms_norm_eps=1e-5,
+    vocab_size=256,
+    rope_theta=10000.0,
+    max_position_embeddings=256,
+    original_max_position_embeddings=64,
+)
+PHI3_LONGROPE = dict(
+    type="longrope",
+    short_factor=[1.0, 1.1, 1.2, 1.3, 1.5, 1.8, 2.0, 2.5],
+    long_factor=[1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0],
+)
+# OLMo 2: norms after the sublayers, q/k norms over the whole projection.
+OLMO2 = dict(
+    model_type="olmo2",
+    hidden_size=64,
+    num_hidden_layers=2,
+    intermediate_size=128,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    rms_norm_eps=1e-6,
+    vocab_size=288,
+    max_position_embeddings=256,
+    rope_theta=500000.0,
+    tie_word_embeddings=False,
+)
+# Granite: every multiplier away from 1 (attention 0.0625 != head_dim^-0.5 = 0.25).
+GRANITE = dict(
+    model_type="granite",
+    hidden_size=64,
+    num_hidden_layers=2,
+    intermediate_size=128,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    rms_norm_eps=1e-5,
+    vocab_size=256,
+    logits_scaling=4.0,
+    attention_multiplier=0.0625,
+    embedding_multiplier=12.0,
+    residual_multiplier=0.22,
+    max_position_embeddings=256,
+    attention_bias=False,
+    mlp_bias=False,
+    rope_theta=10000.0,
+    tie_word_embeddings=True,
+)
+# SmolLM3: llama with NoPE layers (default interval 4: layer 3 runs without RoPE).
+SMOLLM3 = dict(LLAMA, model_type="smollm3", num_hidden_layers=4, vocab_size=272)
+# Gemma 2: caps low enough (5 on attention scores, 3 on logits) that the soft-capping matters.
+GEMMA2 = dict(
+    model_type="gemma2",
+    hidden_size=64,
+    num_hidden_layers=2,
+    intermediate_size=128,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=32,
+    rms_norm_eps=1e-6,
+    vocab_size=320,
+    rope_theta=10000.0,
+    query_pre_attn_scalar=24,
+    attn_logit_softcapping=5.0,
+    final_logit_softcapping=3.0,
+)
+# Qwen3-MoE: layers 0 and 2 route 2 of 4 experts, layer 1 is dense (mlp_only_layers).
+QWEN3_MOE = dict(
+    model_type="qwen3_moe",
+    hidden_size=64,
+    num_hidden_layers=3,
+    intermediate_size=128,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=32,
+    num_experts=4,
+    num_experts_per_tok=2,
+    decoder_sparse_step=1,
+    mlp_only_layers=[1],
+    moe_intermediate_size=64,
+    norm_topk_prob=True,
+    rms_norm_eps=1e-6,
+    vocab_size=320,
+    max_position_embeddings=256,
+    rope_theta=1000000.0,
+    tie_word_embeddings=True,
+)
+# GLM-4: sandwich norms, fused gate_up_proj, q/k/v biases, traditional RoPE over half the head.
+GLM4 = dict(
+    model_type="glm4",
+    hidden_size=64,
+    num_hidden_layers=2,
+    intermediate_size=128,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=32,
+    attention_bias=True,
+    partial_rotary_factor=0.5,
+    rms_norm_eps=1e-5,
+    vocab_size=272,
+    rope_theta=10000.0,
+    max_position_embeddings=256,
+)
+
 
 def row(
     name,
@@ -209,6 +319,7 @@ def row(
     kv_config=None,
     decode=DECODE_STEPS,
     tiers=True,
+    hf_experts=False,
     **overrides,
 ):
     """One model + run. quant: None, or dict(bits, group_size[, recipe]). kv: None, or
@@ -216,7 +327,9 @@ def row(
     quantized_kv_start. tied_head: drop gemma3's lm_head (its sanitize then ties the head).
     kv_config: per-layer KV bits, a list of dict(layer_idx, bits, group_size) saved as the
     model's kv_config.json. decode: greedy steps after the prompt. tiers: whether
-    tests/models/test_tiers.cpp gates this row (float32/float16 quantized rows only)."""
+    tests/models/test_tiers.cpp gates this row (float32/float16 quantized rows only).
+    hf_experts: save float MoE experts one tensor per expert as Hugging Face checkpoints do
+    (mlp.experts.<e>.<proj>.weight), so the loaders' sanitize must stack them."""
     return dict(
         name=name,
         config=dict(config, **overrides),
@@ -229,6 +342,7 @@ def row(
         prompt_len=prompt_len,
         prefill_step=prefill_step,
         tiers=tiers,
+        hf_experts=hf_experts,
     )
 
 
@@ -348,6 +462,9 @@ ROWS = [
         tied_head=True),
     row("starcoder2_f32_q6_g64", STARCODER2, 16, 2048, dtype="float32", quant=q(6),
         tie_word_embeddings=False),
+    row("phi3_f32_q4_g64", PHI3, 19, 8, dtype="float32", quant=q(4), rope_scaling=PHI3_LONGROPE),
+    row("gemma2_f32_q8_g64", GEMMA2, 16, 2048, dtype="float32", quant=q(8)),
+    row("qwen3_moe_f32_q4_g32", QWEN3_MOE, 41, 8, dtype="float32", quant=q(4, 32)),
     # --- gemma3_text / gemma3: sliding window 8 with 30-token prompts, so the ring wraps ---
     row("gemma3_text_window8", GEMMA3_TEXT, 30, 8),
     row("gemma3_text_window8_oneshot", GEMMA3_TEXT, 30, 2048, tied_head=True),
@@ -370,6 +487,33 @@ ROWS = [
     row("minicpm_q4_g64", MINICPM, 19, 2048, quant=q(4)),
     row("starcoder2_tied", STARCODER2, 23, 8),
     row("starcoder2_untied_q4_g64", STARCODER2, 16, 2048, quant=q(4), tie_word_embeddings=False),
+    # --- phi3: longrope (full rotation), partial rotary 4-bit ---
+    row("phi3_longrope", PHI3, 21, 8, rope_scaling=PHI3_LONGROPE),
+    row("phi3_partial_q4_g64", PHI3, 17, 2048, quant=q(4), partial_rotary_factor=0.5),
+    # --- olmo2 ---
+    row("olmo2", OLMO2, 23, 8),
+    row("olmo2_q4_g64", OLMO2, 17, 2048, quant=q(4), tie_word_embeddings=True),
+    # --- granite (its quant_predicate keeps o_proj, down_proj and lm_head at 8 bits) ---
+    row("granite", GRANITE, 22, 8),
+    row("granite_q4_g64", GRANITE, 15, 2048, quant=q(4), tie_word_embeddings=False),
+    # --- smollm3: NoPE layers by interval, then by list ---
+    row("smollm3", SMOLLM3, 25, 8),
+    row("smollm3_q4_g64", SMOLLM3, 19, 2048, quant=q(4), no_rope_layers=[1, 0, 1, 0],
+        tie_word_embeddings=False),
+    # --- llama's layer_types: sliding layers with window 8 < prompt 30 beside full ones ---
+    row("llama_layer_types_window8", LLAMA, 30, 8, num_hidden_layers=4, sliding_window=8,
+        layer_types=["sliding_attention", "full_attention"] * 2),
+    # --- gemma2: soft-capped attention and logits ---
+    row("gemma2", GEMMA2, 21, 8),
+    row("gemma2_q4_g64", GEMMA2, 17, 2048, quant=q(4), num_key_value_heads=4),
+    # --- qwen3_moe (float experts in f32, see gemma4): unsorted (L * k < 64) with per-expert
+    # tensors for sanitize to stack, and sorted ---
+    row("qwen3_moe_f32", QWEN3_MOE, 30, 8, dtype="float32", hf_experts=True),
+    row("qwen3_moe_sorted_q4_g64", QWEN3_MOE, 41, 2048, quant=q(4), norm_topk_prob=False,
+        decoder_sparse_step=2, mlp_only_layers=[], tie_word_embeddings=False),
+    # --- glm4 ---
+    row("glm4", GLM4, 24, 8),
+    row("glm4_q4_g64", GLM4, 18, 2048, quant=q(4)),
     # --- 16-byte aligned widths (A512): the quantized rows that also run on CUDA ---
     row("llama_a512_q4_g64", LLAMA, 19, 8, quant=q(4), **A512),
     row("llama_a512_q4_g32", LLAMA, 12, 2048, quant=q(4, 32), tie_word_embeddings=False, **A512),
@@ -483,9 +627,32 @@ def write_model(r, out):
             )
     mx.eval(model.parameters())
     save_model(out, model)
+    if r["hf_experts"]:
+        unstack_experts(out)
     save_config(config, out / "config.json")
     if r["kv_config"] is not None:
         (out / "kv_config.json").write_text(json.dumps(r["kv_config"], indent=1) + "\n")
+
+
+def unstack_experts(out):
+    """Rewrites a saved model's mlp.switch_mlp.<proj>.weight (experts, out, in) as Hugging Face's
+    mlp.experts.<e>.<proj>.weight (out, in), the layout qwen3_moe's sanitize stacks."""
+    path = out / "model.safetensors"
+    weights = mx.load(str(path))
+    split = {}
+    for key, value in weights.items():
+        prefix, sep, proj = key.partition(".mlp.switch_mlp.")
+        if not sep:
+            split[key] = value
+            continue
+        assert proj.endswith(".weight"), f"{key}: only float experts can be unstacked"
+        for e in range(value.shape[0]):
+            split[f"{prefix}.mlp.experts.{e}.{proj}"] = value[e]
+    mx.save_safetensors(str(path), split, metadata={"format": "mlx"})
+    index_path = out / "model.safetensors.index.json"
+    index = json.loads(index_path.read_text())
+    index["weight_map"] = {k: "model.safetensors" for k in sorted(split)}
+    index_path.write_text(json.dumps(index, indent=4) + "\n")
 
 
 def greedy(logits):

@@ -1,4 +1,5 @@
-// Llama (SmolLM2, MiniCPM5, Mistral): mlx_lm/models/llama.py.
+// Llama (SmolLM2, MiniCPM5, Mistral): mlx_lm/models/llama.py. layer_types may mark layers
+// "sliding_attention": those get a RotatingKVCache of sliding_window and the windowed mask.
 #include "nn/transformer.h"
 
 namespace lmx {
@@ -19,11 +20,7 @@ nn::DecoderOptions parse_args(const json& c) {
                          v.get<bool>("rope_traditional", false),
                          v.has("rope_scaling") ? c["rope_scaling"] : json(),
                          v.get_opt<int>("max_position_embeddings"), kSource);
-  if (v.has("layer_types")) {
-    for (const auto& t : c["layer_types"])
-      check(t == "full_attention", kSource, "layer_types entry ", t.dump(),
-            " is not supported yet, expected \"full_attention\"");
-  }
+  nn::parse_layer_types(v, o);
   return o;
 }
 

@@ -25,17 +25,24 @@ std::optional<mx::array> DecoderBlock::fused(const mx::array& x, const Mask& mas
                                              KVCacheBase& cache) const {
   const Attention& a = self_attn;
   const RoPE& r = a.opt.rope;
-  const bool ok = fusable(a.q_proj, true) && fusable(a.k_proj, true) && fusable(a.v_proj, true) &&
-                  fusable(a.o_proj, false) && fusable(mlp.gate_proj, false) &&
-                  fusable(mlp.up_proj, false) && fusable(mlp.down_proj, false) && r.base &&
-                  !r.freqs && !r.dynamic && r.mscale == 1.0f && x.ndim() == 3 &&
+  // Only llama's layer shape fuses: pre-norms, separate projections, per-head q/k norms, RoPE
+  // over the whole head, no residual multiplier.
+  const bool llama_shape = norms == NormPlacement::pre && !residual_multiplier && a.q_proj &&
+                           mlp.gate_proj && a.opt.use_rope && !a.opt.qk_norm_over_projection &&
+                           r.dims == a.opt.head_dim;
+  if (!llama_shape) return std::nullopt;
+  const bool ok = fusable(*a.q_proj, true) && fusable(*a.k_proj, true) &&
+                  fusable(*a.v_proj, true) && fusable(a.o_proj, false) &&
+                  fusable(*mlp.gate_proj, false) && fusable(*mlp.up_proj, false) &&
+                  fusable(mlp.down_proj, false) && r.base && !r.freqs && !r.dynamic &&
+                  r.mscale == 1.0f && x.ndim() == 3 &&
                   // The kernels take one position: batched rows (RowsKVCache) run op by op.
                   !dynamic_cast<const RowsKVCache*>(&cache);
   if (!ok) return std::nullopt;
   kernels::cpu::QkvSpec spec{a.opt.n_heads,
                              a.opt.n_kv_heads,
                              a.opt.head_dim,
-                             input_layernorm.eps,
+                             input_layernorm->eps,
                              {r.dims, r.traditional, *r.base, r.scale},
                              std::nullopt};
   std::optional<kernels::cpu::QkNorm> qk_norm;
@@ -52,29 +59,29 @@ std::optional<mx::array> DecoderBlock::fused(const mx::array& x, const Mask& mas
     // bytes attention streams a token (docs/cpu.md).
     const mx::Dtype kv_dtype = x.dtype() == mx::float32 ? mx::float16 : x.dtype();
     auto buf = kv->reserve(B, H, hd, hd, kv_dtype, L);
-    kernels::cpu::DecoderLayerWeights w{input_layernorm.weight,
-                                        qlinear(a.q_proj),
-                                        qlinear(a.k_proj),
-                                        qlinear(a.v_proj),
+    kernels::cpu::DecoderLayerWeights w{input_layernorm->weight,
+                                        qlinear(*a.q_proj),
+                                        qlinear(*a.k_proj),
+                                        qlinear(*a.v_proj),
                                         qk_norm,
                                         qlinear(a.o_proj),
-                                        post_attention_layernorm.weight,
-                                        qlinear(mlp.gate_proj),
-                                        qlinear(mlp.up_proj),
+                                        post_attention_layernorm->weight,
+                                        qlinear(*mlp.gate_proj),
+                                        qlinear(*mlp.up_proj),
                                         qlinear(mlp.down_proj)};
     auto out =
         kernels::cpu::decoder_layer(x, buf.keys, buf.values, kv->offset(), w,
-                                    {spec, a.scale, post_attention_layernorm.eps}, buf.in_place);
+                                    {spec, a.scale, post_attention_layernorm->eps}, buf.in_place);
     kv->commit(out[1], out[2], L);
     return out[0];
   }
-  auto qkv =
-      kernels::cpu::norm_qkv_rope(x, input_layernorm.weight, qlinear(a.q_proj), qlinear(a.k_proj),
-                                  qlinear(a.v_proj), spec, cache.offset(), qk_norm);
+  auto qkv = kernels::cpu::norm_qkv_rope(x, input_layernorm->weight, qlinear(*a.q_proj),
+                                         qlinear(*a.k_proj), qlinear(*a.v_proj), spec,
+                                         cache.offset(), qk_norm);
   mx::array attn = merge_heads(cached_attention(qkv[0], qkv[1], qkv[2], cache, a.scale, mask));
-  return kernels::cpu::out_proj_mlp(x, attn, qlinear(a.o_proj), post_attention_layernorm.weight,
-                                    post_attention_layernorm.eps, qlinear(mlp.gate_proj),
-                                    qlinear(mlp.up_proj), qlinear(mlp.down_proj));
+  return kernels::cpu::out_proj_mlp(x, attn, qlinear(a.o_proj), post_attention_layernorm->weight,
+                                    post_attention_layernorm->eps, qlinear(*mlp.gate_proj),
+                                    qlinear(*mlp.up_proj), qlinear(mlp.down_proj));
 }
 
 }  // namespace lmx::nn

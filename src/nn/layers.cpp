@@ -289,6 +289,39 @@ Yarn yarn_freqs(int dims, double base, const json& sc) {
 
 }  // namespace
 
+RoPE su_scaled_rope(int dims, float base, int max_position_embeddings,
+                    int original_max_position_embeddings, const json& long_factor,
+                    const std::string& source) {
+  check(original_max_position_embeddings > 0, source,
+        "original_max_position_embeddings must be > 0, got ", original_max_position_embeddings);
+  mx::array factors(0.0f);
+  try {
+    if (long_factor.is_array()) {
+      const auto values = long_factor.get<std::vector<float>>();
+      check(static_cast<int>(values.size()) == dims / 2, source, "rope_scaling long_factor has ",
+            values.size(), " entries, expected ", dims / 2);
+      factors = mx::array(values.data(), {static_cast<int>(values.size())}, mx::float32);
+    } else {
+      factors = mx::array(long_factor.get<float>(), mx::float32);
+    }
+  } catch (const json::exception&) {
+    fail(source, "rope_scaling long_factor must be a number or a list of numbers, got ",
+         long_factor.dump());
+  }
+  RoPE r;
+  r.dims = dims;
+  r.freqs = mx::multiply(
+      factors,
+      mx::power(f32(base), mx::divide(mx::arange(0, dims, 2, mx::float32), mx::array(dims))));
+  const double factor =
+      static_cast<double>(max_position_embeddings) / original_max_position_embeddings;
+  if (factor > 1.0) {
+    r.mscale = static_cast<float>(std::sqrt(
+        1 + std::log(factor) / std::log(static_cast<double>(original_max_position_embeddings))));
+  }
+  return r;
+}
+
 RoPE make_rope(int dims, float base, bool traditional, const json& scaling,
                std::optional<int> max_position_embeddings, const std::string& source) {
   RoPE r;
@@ -335,6 +368,17 @@ RoPE make_rope(int dims, float base, bool traditional, const json& scaling,
     r.mscale = y.mscale;
     return r;
   }
+  if (type == "longrope") {
+    need("original_max_position_embeddings");
+    need("short_factor");
+    need("long_factor");
+    check(max_position_embeddings.has_value(), source,
+          "longrope scaling needs max_position_embeddings");
+    // SuScaledRoPE rotates halves whatever rope_traditional says.
+    return su_scaled_rope(dims, base, *max_position_embeddings,
+                          scaling["original_max_position_embeddings"].get<int>(),
+                          scaling["long_factor"], source);
+  }
   if (type == "proportional") {
     // Gemma 4's ProportionalRoPE: the leading rotated_dims frequencies base^(i / dims) (scaled
     // by factor), infinite ones (no rotation) for the rest of the head.
@@ -349,7 +393,7 @@ RoPE make_rope(int dims, float base, bool traditional, const json& scaling,
     return r;
   }
   fail(source, "unsupported rope_scaling type '", type,
-       "', expected one of default, linear, dynamic, llama3, yarn, proportional");
+       "', expected one of default, linear, dynamic, llama3, yarn, longrope, proportional");
 }
 
 mx::array swiglu(const mx::array& gate, const mx::array& x) {

@@ -138,6 +138,13 @@ struct RoPE {
 RoPE make_rope(int dims, float base, bool traditional, const json& scaling,
                std::optional<int> max_position_embeddings, const std::string& source);
 
+// mlx-lm's SuScaledRoPE (Phi-3 "su" / "longrope"): frequencies long_factor * base^(i / dims)
+// (long_factor one number or dims / 2 of them; short_factor is never used), inputs scaled by
+// sqrt(1 + ln(max / original) / ln(original)) when max_position_embeddings exceeds the original.
+RoPE su_scaled_rope(int dims, float base, int max_position_embeddings,
+                    int original_max_position_embeddings, const json& long_factor,
+                    const std::string& source);
+
 // mlx-lm activations.swiglu: silu(gate) * x, compiled (shapeless) as mlx-lm does.
 mx::array swiglu(const mx::array& gate, const mx::array& x);
 

@@ -60,20 +60,23 @@ void check_shardable(const DecoderOptions& o, const ShardSpec& spec, const std::
   divisible("num_attention_heads", o.attention.n_heads);
   divisible("num_key_value_heads", o.attention.n_kv_heads);
   divisible("intermediate_size", o.intermediate_size);
+  // shard_block splits separate q/k/v and gate/up projections only.
+  check(!o.attention.fused_qkv && !o.fused_gate_up, source,
+        "tensor parallelism needs separate q/k/v and gate/up projections");
 }
 
 void shard_block(DecoderBlock& b, const ShardSpec& spec, const std::string& path) {
   Attention& a = b.self_attn;
   const std::string attn = path + ".self_attn", mlp = path + ".mlp";
-  a.q_proj = shard_all_to_sharded(a.q_proj, spec, attn + ".q_proj");
-  a.k_proj = shard_all_to_sharded(a.k_proj, spec, attn + ".k_proj");
-  a.v_proj = shard_all_to_sharded(a.v_proj, spec, attn + ".v_proj");
+  a.q_proj = shard_all_to_sharded(*a.q_proj, spec, attn + ".q_proj");
+  a.k_proj = shard_all_to_sharded(*a.k_proj, spec, attn + ".k_proj");
+  a.v_proj = shard_all_to_sharded(*a.v_proj, spec, attn + ".v_proj");
   a.o_proj = shard_sharded_to_all(a.o_proj, spec, attn + ".o_proj");
   a.opt.n_heads /= spec.size;
   a.opt.n_kv_heads /= spec.size;
-  b.mlp.gate_proj = shard_all_to_sharded(b.mlp.gate_proj, spec, mlp + ".gate_proj");
+  b.mlp.gate_proj = shard_all_to_sharded(*b.mlp.gate_proj, spec, mlp + ".gate_proj");
   b.mlp.down_proj = shard_sharded_to_all(b.mlp.down_proj, spec, mlp + ".down_proj");
-  b.mlp.up_proj = shard_all_to_sharded(b.mlp.up_proj, spec, mlp + ".up_proj");
+  b.mlp.up_proj = shard_all_to_sharded(*b.mlp.up_proj, spec, mlp + ".up_proj");
 }
 
 }  // namespace lmx::nn

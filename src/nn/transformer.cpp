@@ -1,39 +1,69 @@
 #include "nn/transformer.h"
 
+#include <algorithm>
 #include <cmath>
 
+#include "cache/rotating_kv_cache.h"
 #include "nn/shard.h"
 
 namespace lmx::nn {
 
-SwiGLUMLP SwiGLUMLP::load(WeightStore& w, const std::string& path, int dims, int hidden,
-                          bool bias) {
-  return {Linear::load(w, path + ".gate_proj", dims, hidden, bias),
-          Linear::load(w, path + ".up_proj", dims, hidden, bias),
-          Linear::load(w, path + ".down_proj", hidden, dims, bias)};
+SwiGLUMLP SwiGLUMLP::load(WeightStore& w, const std::string& path, int dims, int hidden, bool bias,
+                          bool fused_gate_up) {
+  SwiGLUMLP m;
+  if (fused_gate_up) {
+    m.gate_up_proj = Linear::load(w, path + ".gate_up_proj", dims, 2 * hidden, bias);
+  } else {
+    m.gate_proj = Linear::load(w, path + ".gate_proj", dims, hidden, bias);
+    m.up_proj = Linear::load(w, path + ".up_proj", dims, hidden, bias);
+  }
+  m.down_proj = Linear::load(w, path + ".down_proj", hidden, dims, bias);
+  return m;
 }
 
 mx::array SwiGLUMLP::operator()(const mx::array& x) const {
-  return down_proj(swiglu(gate_proj(x), up_proj(x)));
+  if (gate_up_proj) {
+    auto gate_up = mx::split((*gate_up_proj)(x), 2, -1);
+    return down_proj(swiglu(gate_up[0], gate_up[1]));
+  }
+  return down_proj(swiglu((*gate_proj)(x), (*up_proj)(x)));
 }
 
 Attention::Attention(const AttentionOptions& o, WeightStore& w, const std::string& p)
     : opt(o),
-      scale(static_cast<float>(std::pow(o.head_dim, -0.5))),
-      q_proj(Linear::load(w, p + ".q_proj", o.hidden_size, o.n_heads * o.head_dim, o.qkv_bias)),
-      k_proj(Linear::load(w, p + ".k_proj", o.hidden_size, o.n_kv_heads * o.head_dim, o.qkv_bias)),
-      v_proj(Linear::load(w, p + ".v_proj", o.hidden_size, o.n_kv_heads * o.head_dim, o.qkv_bias)),
+      scale(o.scale ? *o.scale : static_cast<float>(std::pow(o.head_dim, -0.5))),
       o_proj(Linear::load(w, p + ".o_proj", o.n_heads * o.head_dim, o.hidden_size, o.o_bias)) {
+  const int q_size = o.n_heads * o.head_dim, kv_size = o.n_kv_heads * o.head_dim;
+  if (o.fused_qkv) {
+    qkv_proj = Linear::load(w, p + ".qkv_proj", o.hidden_size, q_size + 2 * kv_size, o.qkv_bias);
+  } else {
+    q_proj = Linear::load(w, p + ".q_proj", o.hidden_size, q_size, o.qkv_bias);
+    k_proj = Linear::load(w, p + ".k_proj", o.hidden_size, kv_size, o.qkv_bias);
+    v_proj = Linear::load(w, p + ".v_proj", o.hidden_size, kv_size, o.qkv_bias);
+  }
   if (o.qk_norm_eps) {
-    q_norm = RMSNorm::load(w, p + ".q_norm", o.head_dim, *o.qk_norm_eps);
-    k_norm = RMSNorm::load(w, p + ".k_norm", o.head_dim, *o.qk_norm_eps);
+    q_norm = RMSNorm::load(w, p + ".q_norm", o.qk_norm_over_projection ? q_size : o.head_dim,
+                           *o.qk_norm_eps);
+    k_norm = RMSNorm::load(w, p + ".k_norm", o.qk_norm_over_projection ? kv_size : o.head_dim,
+                           *o.qk_norm_eps);
   }
 }
 
 mx::array Attention::operator()(const mx::array& x, const Mask& mask, KVCacheBase& cache) const {
   const int B = x.shape(0), L = x.shape(1);
-  mx::array q = q_proj(x), k = k_proj(x), v = v_proj(x);
-  if (q_norm) {
+  std::vector<mx::array> qkv;
+  if (qkv_proj) {
+    const int q_end = opt.n_heads * opt.head_dim;
+    qkv = mx::split((*qkv_proj)(x), {q_end, q_end + opt.n_kv_heads * opt.head_dim}, -1);
+  } else {
+    qkv = {(*q_proj)(x), (*k_proj)(x), (*v_proj)(x)};
+  }
+  mx::array q = qkv[0], k = qkv[1], v = qkv[2];
+  if (q_norm && opt.qk_norm_over_projection) {
+    // olmo2 normalizes the whole projection, all heads at once.
+    q = split_heads((*q_norm)(q), opt.n_heads);
+    k = split_heads((*k_norm)(k), opt.n_kv_heads);
+  } else if (q_norm) {
     // qwen3 normalizes each head over head_dim before moving heads forward.
     q = mx::transpose((*q_norm)(mx::reshape(q, {B, L, opt.n_heads, -1})), {0, 2, 1, 3});
     k = mx::transpose((*k_norm)(mx::reshape(k, {B, L, opt.n_kv_heads, -1})), {0, 2, 1, 3});
@@ -42,34 +72,88 @@ mx::array Attention::operator()(const mx::array& x, const Mask& mask, KVCacheBas
     k = split_heads(k, opt.n_kv_heads);  // (B, n_kv_heads, L, head_dim)
   }
   v = split_heads(v, opt.n_kv_heads);
-  q = opt.rope(q, cache);
-  k = opt.rope(k, cache);
+  if (opt.use_rope) {
+    q = opt.rope(q, cache);
+    k = opt.rope(k, cache);
+  }
   return o_proj(merge_heads(cached_attention(q, k, v, cache, scale, mask)));
 }
 
-DecoderBlock::DecoderBlock(const DecoderOptions& o, WeightStore& w, const std::string& p)
-    : self_attn(o.attention, w, p + ".self_attn"),
-      mlp(SwiGLUMLP::load(w, p + ".mlp", o.attention.hidden_size, o.intermediate_size, o.mlp_bias)),
-      input_layernorm(
-          RMSNorm::load(w, p + ".input_layernorm", o.attention.hidden_size, o.rms_norm_eps)),
-      post_attention_layernorm(RMSNorm::load(w, p + ".post_attention_layernorm",
-                                             o.attention.hidden_size, o.rms_norm_eps)) {}
+namespace {
+
+AttentionOptions layer_attention(const DecoderOptions& o, int layer) {
+  AttentionOptions a = o.attention;
+  if (layer < static_cast<int>(o.no_rope.size()) && o.no_rope[layer]) a.use_rope = false;
+  return a;
+}
+
+}  // namespace
+
+DecoderBlock::DecoderBlock(const DecoderOptions& o, int layer, WeightStore& w, const std::string& p)
+    : self_attn(layer_attention(o, layer), w, p + ".self_attn"),
+      mlp(SwiGLUMLP::load(w, p + ".mlp", o.attention.hidden_size, o.intermediate_size, o.mlp_bias,
+                          o.fused_gate_up)),
+      norms(o.norms),
+      residual_multiplier(o.residual_multiplier) {
+  auto norm = [&](const char* name) {
+    return RMSNorm::load(w, p + "." + name, o.attention.hidden_size, o.rms_norm_eps);
+  };
+  switch (norms) {
+    case NormPlacement::pre:
+      input_layernorm = norm("input_layernorm");
+      post_attention_layernorm = norm("post_attention_layernorm");
+      break;
+    case NormPlacement::post:
+      post_attention_layernorm = norm("post_attention_layernorm");
+      post_feedforward_layernorm = norm("post_feedforward_layernorm");
+      break;
+    case NormPlacement::sandwich:
+      input_layernorm = norm("input_layernorm");
+      post_self_attn_layernorm = norm("post_self_attn_layernorm");
+      post_attention_layernorm = norm("post_attention_layernorm");
+      post_mlp_layernorm = norm("post_mlp_layernorm");
+      break;
+  }
+}
 
 mx::array DecoderBlock::operator()(const mx::array& x, const Mask& mask, KVCacheBase& cache) const {
   if (auto y = fused(x, mask, cache)) return *y;
-  mx::array h = mx::add(x, self_attn(input_layernorm(x), mask, cache));
-  return mx::add(h, mlp(post_attention_layernorm(h)));
+  // granite: h = x + r * residual_multiplier
+  auto add = [&](const mx::array& h, const mx::array& r) {
+    return mx::add(h,
+                   residual_multiplier ? mx::multiply(r, weak_scalar(*residual_multiplier, r)) : r);
+  };
+  switch (norms) {
+    case NormPlacement::pre: {
+      mx::array h = add(x, self_attn((*input_layernorm)(x), mask, cache));
+      return add(h, mlp((*post_attention_layernorm)(h)));
+    }
+    case NormPlacement::post: {
+      mx::array h = add(x, (*post_attention_layernorm)(self_attn(x, mask, cache)));
+      return add(h, (*post_feedforward_layernorm)(mlp(h)));
+    }
+    case NormPlacement::sandwich: {
+      mx::array h =
+          add(x, (*post_self_attn_layernorm)(self_attn((*input_layernorm)(x), mask, cache)));
+      return add(h, (*post_mlp_layernorm)(mlp((*post_attention_layernorm)(h))));
+    }
+  }
+  return x;  // unreachable
 }
 
 DenseDecoder::DenseDecoder(const DecoderOptions& o, WeightStore& w)
-    : embed_tokens_(
+    : embedding_multiplier_(o.embedding_multiplier),
+      logits_scaling_(o.logits_scaling),
+      sliding_(o.sliding),
+      sliding_window_(o.sliding_window),
+      embed_tokens_(
           Embedding::load(w, "model.embed_tokens", o.vocab_size, o.attention.hidden_size)),
       norm_(RMSNorm::load(w, "model.norm", o.attention.hidden_size, o.rms_norm_eps)) {
-  const ShardSpec* tp = w.shard();
+  const ShardSpec* tp = o.shardable ? w.shard() : nullptr;
   if (tp) check_shardable(o, *tp, w.source());
   for (int i = 0; i < o.num_hidden_layers; ++i) {
     const std::string path = "model.layers." + std::to_string(i);
-    layers_.emplace_back(o, w, path);
+    layers_.emplace_back(o, i, w, path);
     if (tp) shard_block(layers_.back(), *tp, path);
   }
   if (!o.tie_word_embeddings)
@@ -78,9 +162,21 @@ DenseDecoder::DenseDecoder(const DecoderOptions& o, WeightStore& w)
 
 mx::array DenseDecoder::hidden(const mx::array& tokens, Cache& cache) {
   mx::array h = embed_tokens_(tokens);
-  const Mask mask = cache[0]->make_mask(h.shape(1));
+  if (embedding_multiplier_) h = mx::multiply(h, weak_scalar(*embedding_multiplier_, h));
+  const int L = h.shape(1);
+  // llama.py: the causal mask from the first full-attention layer's cache, the windowed one
+  // from the first sliding layer's.
+  size_t full = 0;
+  while (is_sliding(full)) ++full;
+  const Mask mask = cache[full]->make_mask(L);
+  Mask sliding_mask;
   for (size_t i = 0; i < layers_.size(); ++i) {
-    h = layers_[i](h, mask, *cache[i]);
+    if (!is_sliding(i)) continue;
+    sliding_mask = cache[i]->make_mask(L, sliding_window_);
+    break;
+  }
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    h = layers_[i](h, is_sliding(i) ? sliding_mask : mask, *cache[i]);
     if (tap_) tap_->on_layer(static_cast<int>(i), h);
   }
   h = norm_(h);
@@ -90,7 +186,21 @@ mx::array DenseDecoder::hidden(const mx::array& tokens, Cache& cache) {
 
 mx::array DenseDecoder::operator()(const mx::array& tokens, Cache& cache) {
   mx::array h = hidden(tokens, cache);
-  return lm_head_ ? (*lm_head_)(h) : embed_tokens_.as_linear(h);
+  mx::array logits = lm_head_ ? (*lm_head_)(h) : embed_tokens_.as_linear(h);
+  if (logits_scaling_) logits = mx::divide(logits, weak_scalar(*logits_scaling_, logits));
+  return logits;
+}
+
+Cache DenseDecoder::make_cache() const {
+  Cache c;
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    if (is_sliding(i)) {
+      c.push_back(std::make_unique<RotatingKVCache>(*sliding_window_));
+    } else {
+      c.push_back(std::make_unique<KVCache>());
+    }
+  }
+  return c;
 }
 
 mx::array split_heads(const mx::array& x, int n_heads) {
@@ -118,6 +228,29 @@ DecoderOptions parse_decoder_keys(const JsonView& v, bool kv_heads_required) {
   check(a.n_kv_heads > 0 && a.n_heads % a.n_kv_heads == 0, v.source, "num_attention_heads ",
         a.n_heads, " is not a multiple of num_key_value_heads ", a.n_kv_heads);
   return o;
+}
+
+mx::array weak_scalar(double value, const mx::array& x) {
+  return mx::array(static_cast<float>(value), x.dtype());
+}
+
+void parse_layer_types(const JsonView& v, DecoderOptions& o) {
+  if (!v.has("layer_types")) return;
+  const json& types = v.j.at("layer_types");
+  check(types.is_array() && static_cast<int>(types.size()) == o.num_hidden_layers, v.source,
+        "layer_types must list num_hidden_layers (", o.num_hidden_layers, ") entries, got ",
+        types.dump());
+  bool any_full = false;
+  for (const auto& t : types) {
+    check(t == "full_attention" || t == "sliding_attention", v.source, "layer_types entry ",
+          t.dump(), " is not supported, expected \"full_attention\" or \"sliding_attention\"");
+    o.sliding.push_back(t == "sliding_attention");
+    any_full = any_full || t == "full_attention";
+  }
+  check(any_full, v.source, "layer_types has no \"full_attention\" layer, expected at least one");
+  if (std::find(o.sliding.begin(), o.sliding.end(), true) == o.sliding.end()) return;
+  o.sliding_window = v.get<int>("sliding_window");
+  check(*o.sliding_window > 0, v.source, "sliding_window must be > 0, got ", *o.sliding_window);
 }
 
 void sanitize_dense(Weights& w, bool tie_word_embeddings) {

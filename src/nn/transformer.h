@@ -1,5 +1,7 @@
-// The pre-norm dense decoder that llama, qwen2 and qwen3 share (mlx-lm's llama.py shape): the
-// families differ only in projection biases, q/k norms and RoPE, which the options carry.
+// The dense decoder that llama, qwen2, qwen3 and the llama-like families share (mlx-lm's
+// llama.py shape): the families differ in projection biases and fusion, q/k norms, RoPE, where
+// the norms sit, scalar multipliers and per-layer sliding windows or NoPE, which the options
+// carry. Every option beyond llama's defaults is off by default.
 #pragma once
 
 #include <optional>
@@ -10,11 +12,14 @@
 
 namespace lmx::nn {
 
-// mlx-lm MLP: down(swiglu(gate(x), up(x))).
+// mlx-lm MLP: down(swiglu(gate(x), up(x))); phi3 and glm4 keep gate and up as one
+// gate_up_proj whose output splits in halves, gate first.
 struct SwiGLUMLP {
-  Linear gate_proj, up_proj, down_proj;
+  std::optional<Linear> gate_proj, up_proj, gate_up_proj;
+  Linear down_proj;
 
-  static SwiGLUMLP load(WeightStore& w, const std::string& path, int dims, int hidden, bool bias);
+  static SwiGLUMLP load(WeightStore& w, const std::string& path, int dims, int hidden, bool bias,
+                        bool fused_gate_up = false);
   mx::array operator()(const mx::array& x) const;
 };
 
@@ -25,19 +30,32 @@ struct AttentionOptions {
   int head_dim = 0;
   bool qkv_bias = false;
   bool o_bias = false;
-  std::optional<float> qk_norm_eps;  // qwen3: RMSNorm over head_dim before RoPE
+  std::optional<float> qk_norm_eps;      // qwen3: RMSNorm over head_dim before RoPE
+  bool qk_norm_over_projection = false;  // olmo2: the q/k norms span all heads' projection
+  bool fused_qkv = false;                // phi3: one qkv_proj, its output split q | k | v
+  std::optional<float> scale;            // granite's attention_multiplier; else head_dim^-0.5
+  bool use_rope = true;                  // false: a NoPE layer (smollm3)
   RoPE rope;
 };
 
 struct Attention {
   AttentionOptions opt;
   float scale;
-  Linear q_proj, k_proj, v_proj, o_proj;
+  std::optional<Linear> q_proj, k_proj, v_proj, qkv_proj;
+  Linear o_proj;
   std::optional<RMSNorm> q_norm, k_norm;
 
   Attention(const AttentionOptions& o, WeightStore& w, const std::string& path);
   mx::array operator()(const mx::array& x, const Mask& mask, KVCacheBase& cache) const;
 };
+
+// Where a block's RMSNorms sit (each family's checkpoint names):
+//   pre (llama): h = x + attn(input_layernorm(x)); out = h + mlp(post_attention_layernorm(h))
+//   post (olmo2): h = x + post_attention_layernorm(attn(x));
+//                 out = h + post_feedforward_layernorm(mlp(h))
+//   sandwich (glm4): h = x + post_self_attn_layernorm(attn(input_layernorm(x)));
+//                    out = h + post_mlp_layernorm(mlp(post_attention_layernorm(h)))
+enum class NormPlacement { pre, post, sandwich };
 
 struct DecoderOptions {
   int vocab_size = 0;
@@ -45,16 +63,30 @@ struct DecoderOptions {
   int intermediate_size = 0;
   float rms_norm_eps = 1e-5f;
   bool mlp_bias = false;
+  bool fused_gate_up = false;  // phi3, glm4: one gate_up_proj
   bool tie_word_embeddings = true;
+  NormPlacement norms = NormPlacement::pre;
+  // granite: embeddings times embedding_multiplier, each residual branch times
+  // residual_multiplier, logits divided by logits_scaling (weak scalars, mlx-lm's Python floats).
+  std::optional<double> embedding_multiplier, residual_multiplier, logits_scaling;
+  // Per layer, empty = none: sliding-window layers (llama's layer_types, a RotatingKVCache of
+  // sliding_window and the windowed mask) and layers without RoPE (smollm3's no_rope_layers).
+  std::vector<bool> sliding, no_rope;
+  std::optional<int> sliding_window;
+  // Whether --tp may split it (mlx-lm's Model.shard exists for the family).
+  bool shardable = true;
   AttentionOptions attention;
 };
 
 struct DecoderBlock {
   Attention self_attn;
   SwiGLUMLP mlp;
-  RMSNorm input_layernorm, post_attention_layernorm;
+  NormPlacement norms;
+  std::optional<double> residual_multiplier;
+  std::optional<RMSNorm> input_layernorm, post_attention_layernorm, post_feedforward_layernorm,
+      post_self_attn_layernorm, post_mlp_layernorm;
 
-  DecoderBlock(const DecoderOptions& o, WeightStore& w, const std::string& path);
+  DecoderBlock(const DecoderOptions& o, int layer, WeightStore& w, const std::string& path);
   mx::array operator()(const mx::array& x, const Mask& mask, KVCacheBase& cache) const;
 
  private:
@@ -69,9 +101,15 @@ class DenseDecoder : public Model {
   DenseDecoder(const DecoderOptions& o, WeightStore& w);
   mx::array hidden(const mx::array& tokens, Cache& cache) override;
   mx::array operator()(const mx::array& tokens, Cache& cache) override;
+  Cache make_cache() const override;
   int num_layers() const override { return static_cast<int>(layers_.size()); }
 
  private:
+  bool is_sliding(size_t layer) const { return layer < sliding_.size() && sliding_[layer]; }
+
+  std::optional<double> embedding_multiplier_, logits_scaling_;
+  std::vector<bool> sliding_;
+  std::optional<int> sliding_window_;
   Embedding embed_tokens_;
   std::vector<DecoderBlock> layers_;
   RMSNorm norm_;
@@ -86,6 +124,13 @@ mx::array merge_heads(const mx::array& x);
 // The ModelArgs keys llama, qwen2 and qwen3 read alike: sizes, heads (num_key_value_heads
 // defaults to the head count unless required), norm eps, vocabulary; checks the head ratio.
 DecoderOptions parse_decoder_keys(const JsonView& v, bool kv_heads_required);
+
+// A Python float meeting an array of x's dtype (a weak scalar, rounded to that dtype).
+mx::array weak_scalar(double value, const mx::array& x);
+
+// llama.py's layer_types ("full_attention" / "sliding_attention", at least one full layer) as
+// DecoderOptions::sliding, with sliding_window required when a layer slides.
+void parse_layer_types(const JsonView& v, DecoderOptions& o);
 
 // Drops precomputed rotary tables and, for tied heads, lm_head.weight (mlx-lm sanitize).
 void sanitize_dense(Weights& w, bool tie_word_embeddings);

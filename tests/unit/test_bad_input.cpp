@@ -171,6 +171,55 @@ TEST_F(BadInput, UnsupportedRopeScaling) {
   expect_load_error("unsupported rope_scaling type 'mystery'");
 }
 
+TEST_F(BadInput, UnknownLayerType) {
+  config_["layer_types"] = {"chunked_attention"};
+  write_config();
+  expect_load_error(
+      "[config.json] layer_types entry \"chunked_attention\" is not supported, expected "
+      "\"full_attention\" or \"sliding_attention\"");
+}
+
+TEST_F(BadInput, LayerTypesWithoutFullLayer) {
+  config_["layer_types"] = {"sliding_attention"};
+  config_["sliding_window"] = 8;
+  write_config();
+  expect_load_error("[config.json] layer_types has no \"full_attention\" layer");
+}
+
+TEST_F(BadInput, LayerTypesCount) {
+  config_["layer_types"] = {"full_attention", "full_attention"};
+  write_config();
+  expect_load_error("[config.json] layer_types must list num_hidden_layers (1) entries");
+}
+
+// A key the family needs, absent: the error names config.json and the key.
+TEST_F(BadInput, FamilyKeysRequired) {
+  const std::vector<std::pair<std::string, nlohmann::json>> cases = {
+      {"granite", {{"logits_scaling", 1.0}, {"embedding_multiplier", 1.0}}},
+      {"qwen3_moe", {{"head_dim", 8}}},
+      {"glm4", {{"attention_bias", false}, {"head_dim", 8}}},
+      {"gemma2", {}},
+  };
+  const std::vector<std::string> missing = {"attention_multiplier", "num_experts",
+                                            "partial_rotary_factor", "head_dim"};
+  const nlohmann::json llama = config_;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    config_ = llama;
+    config_["model_type"] = cases[i].first;
+    for (const auto& [k, v] : cases[i].second.items()) config_[k] = v;
+    write_config();
+    SCOPED_TRACE(cases[i].first);
+    expect_load_error("[config.json] missing required key '" + missing[i] + "'");
+  }
+}
+
+TEST_F(BadInput, Phi3RopeScalingKeys) {
+  config_["model_type"] = "phi3";
+  config_["rope_scaling"] = {{"type", "longrope"}, {"short_factor", 1.0}};
+  write_config();
+  expect_load_error("[config.json] rope_scaling must contain keys long_factor and type");
+}
+
 TEST(BadCli, UnknownCommandAndFlag) {
   auto r = test::run_lmx("frobnicate");
   EXPECT_EQ(r.exit_code, 1);
