@@ -131,7 +131,8 @@ std::vector<Outcome> batched(Scheduler& s, const std::vector<Case>& cases) {
 
 // One row of the table per architecture and cache type: plain, rotating (sliding window; the
 // window wraps in decode), quantized, rotating-quantized, per-layer kv_config; RoPE variants;
-// quantized weights; gemma4 (KV sharing: its rows step one at a time).
+// quantized weights; gemma4 (KV sharing) and gemma2 (soft-capped scores over the raw keys),
+// whose rows step one at a time.
 const std::vector<std::string> kRows = {
     "llama_tied",           "llama_rope_yarn",         "llama_rope_dynamic",
     "qwen2_untied",         "qwen3_q4_g64",            "llama_f16",
@@ -139,7 +140,9 @@ const std::vector<std::string> kRows = {
     "gemma3_tied",          "gemma4_text_ple",         "gemma4_moe_f32",
     "minicpm",              "starcoder2_untied_q4_g64", "llama_kv4_g64",
     "llama_kv8_g64_start20", "gemma3_text_kv4_g32",    "gemma3_text_kv_config",
-    "qwen3_q4_kv4_g32",
+    "qwen3_q4_kv4_g32",     "phi3_longrope",           "olmo2_q4_g64",
+    "granite",              "smollm3",                 "glm4",
+    "qwen3_moe_f32",        "gemma2_q4_g64",           "llama_layer_types_window8",
 };
 
 class BatchRows : public ::testing::TestWithParam<std::string> {};
