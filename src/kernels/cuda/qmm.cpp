@@ -17,7 +17,7 @@ namespace {
 // the shapes of x (M, K) and w (N, K * bits / 32) because the body names them.
 constexpr const char* kBody =
     "lmx_qmv<T, BITS, GS, TT>(x, w, scales, biases, out, x_shape[0], w_shape[0], x_shape[1]);";
-constexpr int kThreads = 256;  // qmv.cuh kWarps * 32
+constexpr int kThreads = 256;  // 32 * qmv.cuh's LMX_QMV_WARPS
 constexpr int kFeatures = 16;  // output features per block
 
 const mx::fast::CustomKernelFunction& kernel() {

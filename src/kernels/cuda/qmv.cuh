@@ -27,9 +27,18 @@ namespace lmx_qmv_detail {
 
 using u32 = unsigned int;  // uint32_t where MLX's JIT header defines it; NVRTC has no <stdint.h>
 
-constexpr int kWarps = 8;     // warps per block, splitting K
-constexpr int kSlice = 128;   // inputs per warp step
-constexpr int kUnroll = 2;    // slices whose weights are in flight at once per warp
+// Warps per block (splitting K; the launch passes 32 * LMX_QMV_WARPS threads) and slices of
+// 128 inputs whose weights each warp has in flight at once. Overridable for the microbenchmark's
+// variants (bench/gpu/qmv_bench.py --variants).
+#ifndef LMX_QMV_WARPS
+#define LMX_QMV_WARPS 8
+#endif
+#ifndef LMX_QMV_UNROLL
+#define LMX_QMV_UNROLL 4
+#endif
+constexpr int kWarps = LMX_QMV_WARPS;
+constexpr int kSlice = 128;  // inputs per warp step
+constexpr int kUnroll = LMX_QMV_UNROLL;
 
 template <typename T>
 struct Ops;
@@ -262,8 +271,7 @@ __device__ void lmx_qmv(const T* __restrict__ x, const unsigned int* __restrict_
     for (int i = 0; i < 4; ++i) partial[warp][g + 8 * (i / 2)][8 * tt + 2 * t + (i % 2)] = acc[tt][i];
   __syncthreads();
   // One thread per output element of the block: 16 features x M rows (M <= 8 * TT <= 16).
-  const int idx = threadIdx.x;
-  if (idx < 16 * M) {
+  for (int idx = threadIdx.x; idx < 16 * M; idx += 32 * kWarps) {
     const int f = idx % 16, row = idx / 16;
     float sum = 0.0f;
 #pragma unroll
