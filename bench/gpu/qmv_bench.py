@@ -5,7 +5,8 @@ mx.quantized_matmul, on decode shapes of Qwen3-4B / 8B, in one process.
 
 Each measurement cycles through enough copies of the weight that they do not fit the GPU's L2
 (every call streams its weight from HBM), runs WARMUP calls, then CALLS calls in one eval between
-two marker kernels. Wall time per call is printed; run under bench/gpu/ktrace.cpp's tracer
+two marker kernels, each call's input made to depend on the previous call's output (a decode
+step's order; independent calls would overlap on the GPU). Wall time per call is printed; run under bench/gpu/ktrace.cpp's tracer
 (LD_PRELOAD, LMX_KTRACE=trace.csv), `--report trace.csv` then gives each measurement's GPU time
 per call (the kernels between its markers) and its fraction of the copy bandwidth measured the
 same way in the same process.
@@ -25,7 +26,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-BODY = "lmx_qmv<T, BITS, GS, TT>(x, w, scales, biases, out, x_shape[0], w_shape[0], x_shape[1]);"
+BODY = ("lmx_qmv<T, BITS, GS, TT>(x, w, scales, biases, out, lmx_qmv_rows(x_shape, x_ndim), "
+        "w_shape[0], x_shape[x_ndim - 1]);")
 MARK = "custom_kernel_lmx_mark"
 # K x N: Qwen3-4B gate/up and down, Qwen3-8B gate/up and down
 SHAPES = "2560x9728,9728x2560,4096x12288,12288x4096"
@@ -60,11 +62,17 @@ def run(a):
 
     plan = []
 
-    def timed(name, fn, copies, bytes_per_call, extra, calls=None):
+    def timed(name, fn, copies, bytes_per_call, extra, calls=None, x=None):
         calls = calls or a.calls
         for i in range(a.warmup):
-            mx.eval(fn(copies[i % len(copies)]))
-        outs = [fn(copies[i % len(copies)]) for i in range(calls)]
+            mx.eval(fn(copies[i % len(copies)], x))
+        # With x, each call's input depends on the previous call's output (x + 0 * out[:, :1]), as
+        # in a decode step: independent calls would run concurrently on the GPU.
+        outs, prev = [], None
+        for i in range(calls):
+            xi = x if x is None or prev is None else mx.add(x, mx.multiply(prev[:, :1], 0))
+            prev = fn(copies[i % len(copies)], xi)
+            outs.append(prev)
         mark()
         t0 = time.perf_counter()
         mx.eval(outs)
@@ -80,7 +88,7 @@ def run(a):
     big = mx.zeros((1 << 28,), dtype=mx.uint32)
     mx.eval(big)
     zero = mx.array(0, dtype=mx.uint32)
-    timed("copy", lambda t: mx.add(t, zero), [big], 2 * big.nbytes, {"kind": "copy"}, calls=8)
+    timed("copy", lambda t, _: mx.add(t, zero), [big], 2 * big.nbytes, {"kind": "copy"}, calls=8)
     del big
 
     layouts = [tuple(int(v) for v in l.split(":")) for l in a.layouts.split(",")]
@@ -109,11 +117,12 @@ def run(a):
                     extra = {"kind": "qmv", "K": K, "N": N, "M": M, "bits": bits, "gs": gs,
                              "dtype": a.dtype, "norm_err_vs_mlx": err.item(),
                              "finite": bool(mx.all(mx.isfinite(got)).item())}
-                    timed(vname, lambda c: lmx_qmv(x, *c, bits, gs, vi), copies, nbytes, extra)
+                    timed(vname, lambda c, xi: lmx_qmv(xi, *c, bits, gs, vi), copies, nbytes, extra,
+                          x=x)
                 if time.time() - t_start < a.mlx_budget:
-                    timed("mlx", lambda c: mx.quantized_matmul(x, *c, transpose=True, group_size=gs,
-                                                               bits=bits),
-                          copies, nbytes, extra)
+                    timed("mlx", lambda c, xi: mx.quantized_matmul(xi, *c, transpose=True,
+                                                                   group_size=gs, bits=bits),
+                          copies, nbytes, extra, x=x)
             del copies
     if a.plan:
         Path(a.plan).write_text(json.dumps(plan))
@@ -136,10 +145,12 @@ def report(a):
     out = []
     for rec, (i, j) in zip(plan, segs):
         ks = rows[i + 1:j]
-        busy = sum(e - s for s, e, _ in ks) / rec["calls"]
+        # The matmul kernels only: not the dependency chain's elementwise ops (binary_*).
+        mm = ks if rec["kind"] == "copy" else [k for k in ks if "binary" not in k[2]]
+        busy = sum(e - s for s, e, _ in mm) / rec["calls"]
         span = (ks[-1][1] - ks[0][0]) / rec["calls"] if ks else float("nan")
-        rec = dict(rec, gpu_us=busy / 1e3, span_us=span / 1e3, kernels_per_call=len(ks) / rec["calls"],
-                   kernel=ks[0][2][:60] if ks else "")
+        rec = dict(rec, gpu_us=busy / 1e3, span_us=span / 1e3, kernels_per_call=len(mm) / rec["calls"],
+                   kernel=mm[0][2][:60] if mm else "")
         rec["gbps"] = rec["bytes"] / busy
         if rec["kind"] == "copy":
             copy_gbps = rec["gbps"]

@@ -136,7 +136,7 @@ struct ModelInfo {
 struct LoadedWeights {
   std::unique_ptr<Model> model;
   ModelInfo info;
-  bool cpu_kernels = false;  // tier L3 (quantized matmuls on lmx's CPU kernels), else L1
+  bool cpu_kernels = false;   // tier L3 (quantized matmuls on lmx's CPU kernels), else L1
   bool cuda_kernels = false;  // tier L3 of a CUDA build (decode matmuls on lmx's CUDA kernel)
 };
 

@@ -14,9 +14,11 @@ namespace lmx::kernels::cuda {
 namespace {
 
 // One line that calls qmv.cuh's lmx_qmv; bench/gpu/qmv_bench.py uses the same line. MLX passes
-// the shapes of x (M, K) and w (N, K * bits / 32) because the body names them.
+// the shapes of x (..., K) and w (N, K * bits / 32) because the body names them, so x needs no
+// reshape (each reshape is one more graph node for the host to run per call).
 constexpr const char* kBody =
-    "lmx_qmv<T, BITS, GS, TT>(x, w, scales, biases, out, x_shape[0], w_shape[0], x_shape[1]);";
+    "lmx_qmv<T, BITS, GS, TT>(x, w, scales, biases, out, lmx_qmv_rows(x_shape, x_ndim), "
+    "w_shape[0], x_shape[x_ndim - 1]);";
 constexpr int kThreads = 256;  // 32 * qmv.cuh's LMX_QMV_WARPS
 constexpr int kFeatures = 16;  // output features per block
 
@@ -73,15 +75,14 @@ mx::array qmv(const mx::array& x, const mx::array& w, const mx::array& scales,
   check(scales.shape() == gshape && biases.shape() == gshape && biases.dtype() == scales.dtype(),
         where, "scales and biases must both be (", N, ", ", K / opt.group_size, ") of one dtype");
   check(available(), where, "needs a CUDA build running on the GPU");
-  mx::array x2 = mx::reshape(x, {M, K});
+  mx::Shape out_shape = x.shape();
+  out_shape.back() = N;
   std::vector<mx::array> outs = kernel()(
-      {x2, w, scales, biases}, {{M, N}}, {x.dtype()}, {N / kFeatures * kThreads, 1, 1},
+      {x, w, scales, biases}, {out_shape}, {x.dtype()}, {N / kFeatures * kThreads, 1, 1},
       {kThreads, 1, 1},
       {{"T", x.dtype()}, {"BITS", opt.bits}, {"GS", opt.group_size}, {"TT", M > 8 ? 2 : 1}},
       prefill, false, {});
-  mx::Shape out_shape = x.shape();
-  out_shape.back() = N;
-  return mx::reshape(outs[0], out_shape);
+  return outs[0];
 }
 
 mx::array quantized_matmul(const mx::array& x, const mx::array& w, const mx::array& scales,

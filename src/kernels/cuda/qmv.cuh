@@ -1,7 +1,8 @@
 // lmx quantized matmul for decode (1 to 16 rows) on NVIDIA GPUs (sm_80+), MLX affine layout.
 // Compiled at run time by NVRTC through mlx::core::fast::cuda_kernel (src/kernels/cuda/qmm.cpp)
 // and bench/gpu/qmv_bench.py, both from this file: it is the kernel's `header`, the body is
-//   lmx_qmv<T, BITS, GS, TT>(x, w, scales, biases, out, x_shape[0], w_shape[0], x_shape[1]);
+//   lmx_qmv<T, BITS, GS, TT>(x, w, scales, biases, out, lmx_qmv_rows(x_shape, x_ndim), w_shape[0],
+//                            x_shape[x_ndim - 1]);
 //
 // out (M, N) = x (M, K) @ dequantize(w, scales, biases).T, with w (N, K * BITS / 32) uint32 in
 // MLX's order (value k of a row at bits [BITS * (k % (32 / BITS)), +BITS) of word k / (32 / BITS)),
@@ -126,6 +127,14 @@ __device__ inline void dequant8(u32 word, float s, float b, u32& lo, u32& hi) {
 }
 
 }  // namespace lmx_qmv_detail
+
+// Rows of x (..., K): the product of its leading dimensions.
+template <typename S>
+__device__ inline int lmx_qmv_rows(const S& shape, int ndim) {
+  int m = 1;
+  for (int i = 0; i + 1 < ndim; ++i) m *= shape[i];
+  return m;
+}
 
 template <typename T, int BITS, int GS, int TT>
 __device__ void lmx_qmv(const T* __restrict__ x, const unsigned int* __restrict__ w,
