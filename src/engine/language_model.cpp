@@ -14,6 +14,7 @@
 #include "hub/hub.h"
 #include "kernels/cpu/qmm.h"
 #include "kernels/cpu/thread_pool.h"
+#include "kernels/cuda/qmm.h"
 #include "lmx/lmx.h"
 #include "models/model.h"
 #include "tokenizer/tokenizer.h"
@@ -84,7 +85,10 @@ std::vector<int> LanguageModel::eos_token_ids() const { return impl_->eos; }
 
 namespace {
 
-std::string describe_tier(bool cpu_kernels) {
+std::string describe_tier(bool cpu_kernels, bool cuda_kernels = false) {
+  if (cuda_kernels)
+    return "L3 (lmx CUDA kernel: quantized matmuls of <= " +
+           std::to_string(kernels::cuda::kMaxRows) + " rows)";
   if (!cpu_kernels) return "L1 (exact: stock MLX ops)";
   namespace kc = kernels::cpu;
   const kc::Isa isa = kc::active_isa();
@@ -101,10 +105,13 @@ std::string describe_tier(bool cpu_kernels) {
 }  // namespace
 
 std::string tier_description(const LoadOptions& options) {
-  return describe_tier(!options.exact && mx::default_device() == mx::Device::cpu);
+  return describe_tier(!options.exact && mx::default_device() == mx::Device::cpu,
+                       !options.exact && kernels::cuda::available());
 }
 
-std::string LanguageModel::tier() const { return describe_tier(impl_->loaded.cpu_kernels); }
+std::string LanguageModel::tier() const {
+  return describe_tier(impl_->loaded.cpu_kernels, impl_->loaded.cuda_kernels);
+}
 
 int LanguageModel::vocab_size() const {
   return model_vocab_size(impl_->loaded.info, impl_->tokenizer);

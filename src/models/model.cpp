@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "kernels/cpu/qmm.h"
+#include "kernels/cuda/qmm.h"
 #include "lora/lora.h"
 
 namespace lmx {
@@ -211,8 +212,10 @@ LoadedWeights load_model(const fs::path& dir, const LoadOptions& options,
   // The L3 fused layer runs o_proj and down_proj inside one primitive, past the all-reduce a shard
   // needs after them: sharded loads run tier L1 until the fused layer learns to reduce.
   store.set_cpu_kernels(!options.exact && !sharded && mx::default_device() == mx::Device::cpu);
+  store.set_cuda_kernels(!options.exact && !sharded && kernels::cuda::available());
   LoadedWeights out;
   out.cpu_kernels = store.cpu_kernels();
+  out.cuda_kernels = store.cuda_kernels();
   // The kernels' settings, read here so that a bad value is an error at load, not inside an eval.
   if (out.cpu_kernels) {
     (void)kernels::cpu::int8_mode();

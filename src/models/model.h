@@ -66,6 +66,10 @@ class WeightStore {
   // Tier L3: quantized layers the CPU kernels support run them (kernels/cpu/qmm.h).
   void set_cpu_kernels(bool on) { cpu_kernels_ = on; }
   bool cpu_kernels() const { return cpu_kernels_; }
+  // Tier L3 of a CUDA build: quantized layers the CUDA kernel supports run it for decode-sized
+  // calls (kernels/cuda/qmm.h).
+  void set_cuda_kernels(bool on) { cuda_kernels_ = on; }
+  bool cuda_kernels() const { return cuda_kernels_; }
   // LoRA adapters (src/lora/): the layers ask it for theirs as they load; null: none.
   void set_adapters(nn::AdapterSource* source) { adapters_ = source; }
   nn::AdapterSource* adapters() const { return adapters_; }
@@ -78,6 +82,7 @@ class WeightStore {
   QuantConfig quant_;
   std::string source_;
   bool cpu_kernels_ = false;
+  bool cuda_kernels_ = false;
   nn::AdapterSource* adapters_ = nullptr;
 };
 
@@ -134,7 +139,8 @@ struct ModelInfo {
 struct LoadedWeights {
   std::unique_ptr<Model> model;
   ModelInfo info;
-  bool cpu_kernels = false;  // tier L3 (quantized matmuls on lmx's CPU kernels), else L1
+  bool cpu_kernels = false;   // tier L3 (quantized matmuls on lmx's CPU kernels), else L1
+  bool cuda_kernels = false;  // tier L3 of a CUDA build (decode matmuls on lmx's CUDA kernel)
 };
 
 // One registered architecture: build the model from config.json, consuming tensors.

@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "kernels/cpu/fused.h"
 #include "kernels/cpu/qmm.h"
+#include "kernels/cuda/qmm.h"
 
 namespace lmx::nn {
 
@@ -46,6 +47,20 @@ void compact_scales(mx::array& scales, mx::array& biases) {
   mx::eval(scales, biases);
 }
 
+// Tier L3 on the GPU: the store asks for it and the CUDA kernel handles the layout and shape
+// (out features N, in features K); calls of more rows than it takes run mx::quantized_matmul.
+bool use_cuda_kernel(const WeightStore& w, const QuantSpec& q, const mx::array& scales,
+                     const std::optional<mx::array>& biases, int out, int in) {
+  return w.cuda_kernels() && biases &&
+         kernels::cuda::supports(q.bits, q.group_size, q.mode, scales.dtype(), out, in);
+}
+
+mx::array cuda_matmul(const mx::array& x, const mx::array& w, const mx::array& scales,
+                      const mx::array& biases, const QuantSpec& q) {
+  return kernels::cuda::quantized_matmul(x, w, scales, biases,
+                                         {.group_size = q.group_size, .bits = q.bits});
+}
+
 mx::array kernel_matmul(const mx::array& x, const mx::array& w, const mx::array& scales,
                         const mx::array& biases, const QuantSpec& q) {
   kernels::cpu::QmmOptions opt;
@@ -76,6 +91,7 @@ Linear Linear::load(WeightStore& w, const std::string& path, int in, int out, bo
     check(l.biases || l.quant->mode != "affine", w.source(), "missing tensor '", path,
           ".biases' of an affine-quantized module");
     l.cpu_kernel = use_cpu_kernel(w, *l.quant, *l.scales, l.biases);
+    l.cuda_kernel = use_cuda_kernel(w, *l.quant, *l.scales, l.biases, out, in);
   } else {
     l.weight = w.take(path + ".weight", {out, in});
   }
@@ -103,6 +119,10 @@ mx::array Linear::base(const mx::array& x) const {
     mx::array y = kernel_matmul(x, weight, *scales, *biases, *quant);
     return bias ? mx::add(y, *bias) : y;
   }
+  if (cuda_kernel) {
+    mx::array y = cuda_matmul(x, weight, *scales, *biases, *quant);
+    return bias ? mx::add(y, *bias) : y;
+  }
   if (quant) {
     mx::array y = mx::quantized_matmul(x, weight, *scales, biases, true, quant->group_size,
                                        quant->bits, quant->mode);
@@ -121,6 +141,7 @@ Embedding Embedding::load(WeightStore& w, const std::string& path, int vocab, in
     e.scales = w.take(path + ".scales", {vocab, dims / e.quant->group_size});
     e.biases = w.take_optional(path + ".biases", {vocab, dims / e.quant->group_size});
     e.cpu_kernel = use_cpu_kernel(w, *e.quant, *e.scales, e.biases);
+    e.cuda_kernel = use_cuda_kernel(w, *e.quant, *e.scales, e.biases, vocab, dims);
     if (e.cpu_kernel) {
       e.lookup_dtype = e.scales->dtype();
       compact_scales(*e.scales, *e.biases);
@@ -157,6 +178,7 @@ mx::array Embedding::lookup(const mx::array& ids) const {
 
 mx::array Embedding::head(const mx::array& x) const {
   if (cpu_kernel) return kernel_matmul(x, weight, *scales, *biases, *quant);
+  if (cuda_kernel) return cuda_matmul(x, weight, *scales, *biases, *quant);
   if (quant) {
     return mx::quantized_matmul(x, weight, *scales, biases, true, quant->group_size, quant->bits,
                                 quant->mode);

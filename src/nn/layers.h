@@ -71,7 +71,8 @@ struct Linear {
   mx::array weight{0.0f};  // (out, in) or packed (out, in * bits / 32)
   std::optional<mx::array> scales, biases, bias;
   std::optional<QuantSpec> quant;
-  bool cpu_kernel = false;  // tier L3: the quantized matmul runs kernels/cpu/qmm.h
+  bool cpu_kernel = false;   // tier L3: the quantized matmul runs kernels/cpu/qmm.h
+  bool cuda_kernel = false;  // tier L3 on CUDA: decode-sized calls run kernels/cuda/qmm.h
   std::vector<std::shared_ptr<const LinearAdapter>> adapters;
   std::optional<AllReduce> all_reduce;  // tensor parallel, sharded-to-all (nn/shard.h)
 
@@ -88,6 +89,7 @@ struct Embedding {
   std::optional<mx::array> scales, biases;
   std::optional<QuantSpec> quant;
   bool cpu_kernel = false;                // tier L3: as_linear runs kernels/cpu/qmm.h
+  bool cuda_kernel = false;               // tier L3 on CUDA: as_linear runs kernels/cuda/qmm.h
   std::optional<mx::Dtype> lookup_dtype;  // L3: the checkpoint's scale dtype, before compacting
   std::vector<std::shared_ptr<const EmbeddingAdapter>> adapters;
 

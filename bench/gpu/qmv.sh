@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# GPU machine, after scripts/gpu/unpack.sh: lmx's CUDA quantized matmul (src/kernels/cuda/qmv.cuh,
+# issue 21). Logs and results go to $OUT (else /tmp).
+#   bench/gpu/qmv.sh test          lmx_tests_unit's CudaQmm* (the kernel against mx::quantized_matmul)
+#   bench/gpu/qmv.sh micro [ARGS]  bench/gpu/qmv_bench.py under the CUPTI tracer, then its report
+#   bench/gpu/qmv.sh e2e MODEL     lmx bench L3 and L1 (--exact), mlx-lm, decode and prefill
+# Environment: STEP_TIMEOUT (seconds a step, default 240), WORKLOADS (default 16:128,512:1).
+set -uo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+prefix="${LMX_GPU_PREFIX:-/tmp/lmx}"
+# shellcheck disable=SC1091
+. "$prefix/env.sh" || { echo "qmv: run scripts/gpu/unpack.sh first" >&2; exit 1; }
+export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
+out="${OUT:-/tmp}"
+step="${STEP_TIMEOUT:-240}"
+t0=$SECONDS
+case "${1:-}" in
+  test)
+    timeout "$step" lmx_tests_unit --gtest_filter='*CudaQmm*' >"$out/qmv-test.log" 2>&1
+    echo "qmv: test rc=$? after $((SECONDS - t0)) s"
+    grep -E '^\[  (PASSED|FAILED) |^\[  FAILED|tests? ran' "$out/qmv-test.log" | tail -n 30
+    grep -B2 -A6 'Failure' "$out/qmv-test.log" | cut -c1-200 | head -n 40 ;;
+  micro)
+    shift
+    tracer="$prefix/bin/liblmx_ktrace.so"
+    cupti=""
+    for dir in /usr/local/cuda/targets/x86_64-linux/lib /usr/local/cuda-13*/targets/x86_64-linux/lib \
+               /usr/local/cuda/extras/CUPTI/lib64 "$prefix"/nvidia/cu13/lib; do
+      [[ -f "$dir/libcupti.so.13" ]] && { cupti="$dir"; break; }
+    done
+    [[ -f "$tracer" && -n "$cupti" ]] || { echo "qmv: tracer or libcupti.so.13 missing" >&2; exit 1; }
+    # The preload goes to python3 only (timeout would write its own empty trace).
+    timeout "$step" env LD_LIBRARY_PATH="$cupti:${LD_LIBRARY_PATH:-}" LMX_KTRACE=/tmp/qmv-trace.csv \
+      LD_PRELOAD="$tracer" python3 "$here/qmv_bench.py" --plan "$out/qmv-plan.json" "$@" \
+      >"$out/qmv-run.jsonl" 2>"$out/qmv-run.err"
+    echo "qmv: micro rc=$? after $((SECONDS - t0)) s: $(tail -n 1 "$out/qmv-run.err")"
+    python3 "$here/qmv_bench.py" --report /tmp/qmv-trace.csv --plan "$out/qmv-plan.json" \
+      >"$out/qmv-report.txt" 2>&1
+    grep -v '^{' "$out/qmv-report.txt" ;;
+  e2e)
+    model="${2:?model dir}"
+    wl="${WORKLOADS:-16:128,512:1}"
+    for tier in l3 l1; do
+      flag=(); [[ $tier == l1 ]] && flag=(--exact)
+      timeout "$step" lmx bench --model "$model" --workloads "$wl" --trials "${TRIALS:-3}" "${flag[@]}" \
+        >"$out/e2e-lmx-$tier.jsonl" 2>"$out/e2e-lmx-$tier.err"
+      echo "qmv: lmx $tier rc=$? after $((SECONDS - t0)) s"
+      cat "$out/e2e-lmx-$tier.jsonl"
+    done
+    timeout "$step" python3 "$here/mlx_lm_bench.py" "$model" --workloads "$wl" -n "${TRIALS:-3}" \
+      >"$out/e2e-mlx-lm.jsonl" 2>"$out/e2e-mlx-lm.err"
+    echo "qmv: mlx-lm rc=$? after $((SECONDS - t0)) s"
+    cat "$out/e2e-mlx-lm.jsonl" ;;
+  *) echo "usage: qmv.sh test | micro [ARGS] | e2e MODEL_DIR" >&2; exit 2 ;;
+esac

@@ -1,0 +1,54 @@
+// Quantized matmul for MLX affine weights on NVIDIA GPUs (tier L3 of the CUDA build): decode-sized
+// calls (1 to kMaxRows rows) run lmx's tensor-core kernel (kernels/cuda/qmv.cuh, compiled by
+// NVRTC through mx::fast::cuda_kernel); every other call is mx::quantized_matmul.
+#pragma once
+
+#include <mlx/mlx.h>
+
+#include <optional>
+#include <string>
+
+namespace lmx::kernels::cuda {
+
+namespace mx = mlx::core;
+
+constexpr int kMaxRows = 16;
+
+// Whether the kernel can run in this process: a CUDA build whose default device is the GPU.
+bool available();
+
+// Whether the kernel handles this layer's layout: affine mode, 4 or 8 bits, groups 32/64/128,
+// bfloat16 or float16 scales, N (output features) a multiple of 16, K (inputs) of 128.
+bool supports(int bits, int group_size, const std::string& mode, mx::Dtype scale_dtype, int N,
+              int K);
+
+struct QmmOptions {
+  int group_size = 64;
+  int bits = 4;
+};
+
+// x (..., K), w (N, K * bits / 32) uint32, scales and biases (N, K / group_size): the result of
+// mx::quantized_matmul(x, w, scales, biases, transpose = true, ...), (..., N) in the result type
+// of x and the scales. The kernel runs where x has at most kMaxRows rows and the dtype of the
+// scales (bfloat16 or float16), supports() holds and the default device is the GPU; otherwise
+// this is mx::quantized_matmul. The kernel rounds each dequantized weight to that dtype and
+// accumulates in float32.
+mx::array quantized_matmul(const mx::array& x, const mx::array& w, const mx::array& scales,
+                           const mx::array& biases, const QmmOptions& opt);
+
+// Whether quantized_matmul runs the kernel (not mx::quantized_matmul) for these arguments.
+bool takes_kernel(const mx::array& x, const mx::array& w, const mx::array& scales,
+                  const QmmOptions& opt);
+
+// The kernel alone (no fallback): an error for arguments it does not take. For tests and
+// benchmarks; `prefill` fills the output before the kernel runs (a test sees every element the
+// kernel leaves unwritten).
+mx::array qmv(const mx::array& x, const mx::array& w, const mx::array& scales,
+              const mx::array& biases, const QmmOptions& opt,
+              std::optional<float> prefill = std::nullopt);
+
+// The kernel's source (qmv.cuh, embedded at build time) and the body that calls it.
+const char* kernel_source();
+const char* kernel_body();
+
+}  // namespace lmx::kernels::cuda

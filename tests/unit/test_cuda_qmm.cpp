@@ -1,0 +1,147 @@
+// The L3 CUDA quantized matmul (kernels/cuda/qmv.cuh) on the GPU, on random inputs, for 4 and 8
+// bits, groups 32/64/128, bfloat16 and float16, 1 to 16 rows (both token tiles) and several shapes:
+// elementwise against the plain-MLX computation of what it promises (dequantize in float32, round
+// each weight to the activation dtype, matmul in float32), and as a whole against MLX's own
+// mx::quantized_matmul for single rows (decode; more rows would JIT-compile MLX's CUTLASS kernels,
+// tens of seconds each). Compiled into CUDA builds only (tests/CMakeLists.txt).
+#include <gtest/gtest.h>
+#include <mlx/primitives.h>
+
+#include <limits>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "core/error.h"
+#include "kernels/cuda/qmm.h"
+
+namespace lmx {
+namespace {
+
+namespace kc = kernels::cuda;
+namespace mx = mlx::core;
+
+struct Quantized {
+  mx::array w{0}, scales{0}, biases{0};
+};
+
+Quantized quantize(int N, int K, int gs, int bits, mx::Dtype dtype, uint64_t seed) {
+  mx::array wf = mx::astype(
+      mx::random::normal({N, K}, mx::float32, 0.0f, 0.05f, mx::random::key(seed)), dtype);
+  auto q = mx::quantize(wf, gs, bits);
+  return {q[0], q[1], q[2]};
+}
+
+// max over elements of |got - want| / (|want| + 1e-2 * max|want|): against a reference with the
+// kernel's own weight rounding, only the summation order and the output's rounding (2^-8 in
+// bfloat16) remain; a wrong element (a misplaced input, group or row) is off by O(1).
+double rel_error(const mx::array& got, const mx::array& want) {
+  mx::array g = mx::astype(got, mx::float32), w = mx::astype(want, mx::float32);
+  mx::array floor = mx::multiply(mx::max(mx::abs(w)), mx::array(1e-2f));
+  return mx::max(mx::divide(mx::abs(mx::subtract(g, w)), mx::add(mx::abs(w), floor))).item<float>();
+}
+
+// ||got - want|| / ||want||: MLX's kernels keep the weights in float32 (its decode GEMV) or round
+// them as lmx does (its tensor-core GEMM), so the two differ by bfloat16 operand rounding, which
+// lands between 1e-3 and 1e-2.
+double norm_error(const mx::array& got, const mx::array& want) {
+  mx::array g = mx::astype(got, mx::float32), w = mx::astype(want, mx::float32);
+  return mx::sqrt(mx::divide(mx::sum(mx::square(mx::subtract(g, w))), mx::sum(mx::square(w))))
+      .item<float>();
+}
+
+// x @ dequantize(w).T in float32, each dequantized weight rounded to `dt` first.
+mx::array reference(const mx::array& x, const Quantized& q, int gs, int bits, mx::Dtype dt) {
+  mx::array wf = mx::dequantize(q.w, mx::astype(q.scales, mx::float32),
+                                mx::astype(q.biases, mx::float32), gs, bits);
+  wf = mx::astype(mx::astype(wf, dt), mx::float32);
+  return mx::matmul(mx::astype(x, mx::float32), mx::transpose(wf));
+}
+
+using Layout = std::tuple<int, int, mx::Dtype>;  // bits, group size, activation/scale dtype
+
+class CudaQmm : public ::testing::TestWithParam<Layout> {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(kc::available()) << "a CUDA build must run on the GPU (LMX_BACKEND=cuda)";
+  }
+};
+
+TEST_P(CudaQmm, MatchesMlxQuantizedMatmul) {
+  const auto [bits, gs, dt] = GetParam();
+  uint64_t seed = 7;
+  // (N, K): one block of 16 features, a width past one wave of blocks, K of one 128-input slice
+  // (fewer slices than warps) and of many (uneven over the 8 warps).
+  const std::vector<std::pair<int, int>> shapes = {{16, 128}, {48, 1152}, {2576, 512}, {64, 3200}};
+  for (auto [N, K] : shapes) {
+    ASSERT_TRUE(kc::supports(bits, gs, "affine", dt, N, K));
+    Quantized q = quantize(N, K, gs, bits, dt, seed++);
+    for (int M : {1, 3, 8, 9, 16}) {
+      SCOPED_TRACE("N=" + std::to_string(N) + " K=" + std::to_string(K) +
+                   " M=" + std::to_string(M));
+      mx::array x =
+          mx::astype(mx::random::normal({M, K}, mx::float32, mx::random::key(seed++)), dt);
+      // The output starts as NaN: an element the kernel does not write stays NaN.
+      mx::array got = kc::qmv(x, q.w, q.scales, q.biases, {.group_size = gs, .bits = bits},
+                              std::numeric_limits<float>::quiet_NaN());
+      mx::array want = reference(x, q, gs, bits, dt);
+      ASSERT_EQ(got.shape(), (mx::Shape{M, N}));
+      ASSERT_EQ(got.dtype(), dt);
+      ASSERT_TRUE(mx::all(mx::isfinite(got)).item<bool>());
+      EXPECT_LT(rel_error(got, want), 2.0 / 256);
+      if (M == 1) {
+        mx::array mlx = mx::quantized_matmul(x, q.w, q.scales, q.biases, true, gs, bits, "affine");
+        ASSERT_EQ(mlx.dtype(), dt);
+        EXPECT_LT(norm_error(got, mlx), 1e-2);
+      }
+    }
+  }
+}
+
+std::string layout_name(const ::testing::TestParamInfo<Layout>& info) {
+  const auto& [bits, gs, dt] = info.param;
+  return "b" + std::to_string(bits) + "_g" + std::to_string(gs) + "_" +
+         (dt == mx::bfloat16 ? "bf16" : "f16");
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, CudaQmm,
+                         ::testing::Combine(::testing::Values(4, 8), ::testing::Values(32, 64, 128),
+                                            ::testing::Values(mx::bfloat16, mx::float16)),
+                         layout_name);
+
+// Leading dimensions, the fallback past kMaxRows rows and for float32 activations (MLX's op), and
+// the refusal of a layout the kernel lacks.
+TEST(CudaQmmApi, ShapesFallbackAndErrors) {
+  ASSERT_TRUE(kc::available());
+  Quantized q = quantize(32, 256, 64, 4, mx::bfloat16, 3);
+  const kc::QmmOptions opt{.group_size = 64, .bits = 4};
+  mx::array x3 =
+      mx::astype(mx::random::normal({2, 3, 256}, mx::float32, mx::random::key(4)), mx::bfloat16);
+  ASSERT_TRUE(kc::takes_kernel(x3, q.w, q.scales, opt));
+  mx::array got = kc::quantized_matmul(x3, q.w, q.scales, q.biases, opt);
+  mx::array want =
+      mx::reshape(reference(mx::reshape(x3, {6, 256}), q, 64, 4, mx::bfloat16), {2, 3, 32});
+  ASSERT_EQ(got.shape(), (mx::Shape{2, 3, 32}));
+  EXPECT_LT(rel_error(got, want), 2.0 / 256);
+
+  mx::array x17 =
+      mx::astype(mx::random::normal({17, 256}, mx::float32, mx::random::key(5)), mx::bfloat16);
+  EXPECT_FALSE(kc::takes_kernel(x17, q.w, q.scales, opt));
+  // The fallback is MLX's op itself (not evaluated: its 17-row kernel is a long JIT compile).
+  mx::array y17 = kc::quantized_matmul(x17, q.w, q.scales, q.biases, opt);
+  ASSERT_EQ(y17.shape(), (mx::Shape{17, 32}));
+  EXPECT_EQ(y17.primitive().name(), std::string("QuantizedMatmul"));
+
+  mx::array xf = mx::random::normal({1, 256}, mx::float32, mx::random::key(6));
+  EXPECT_FALSE(kc::takes_kernel(xf, q.w, q.scales, opt));
+  EXPECT_THROW(kc::qmv(xf, q.w, q.scales, q.biases, opt), Error);
+
+  EXPECT_FALSE(kc::supports(3, 64, "affine", mx::bfloat16, 32, 256));
+  EXPECT_FALSE(kc::supports(4, 64, "affine", mx::bfloat16, 24, 256));
+  EXPECT_FALSE(kc::supports(4, 64, "affine", mx::bfloat16, 32, 192));
+  EXPECT_FALSE(kc::supports(4, 64, "mxfp4", mx::bfloat16, 32, 256));
+  EXPECT_FALSE(kc::supports(4, 64, "affine", mx::float32, 32, 256));
+}
+
+}  // namespace
+}  // namespace lmx
