@@ -212,7 +212,8 @@ LoadedWeights load_model(const fs::path& dir, const LoadOptions& options,
   // The L3 fused layer runs o_proj and down_proj inside one primitive, past the all-reduce a shard
   // needs after them: sharded loads run tier L1 until the fused layer learns to reduce.
   store.set_cpu_kernels(!options.exact && !sharded && mx::default_device() == mx::Device::cpu);
-  store.set_cuda_kernels(!options.exact && !sharded && kernels::cuda::available());
+  store.set_cuda_kernels(!options.exact && !sharded && kernels::cuda::available() &&
+                         kernels::cuda::enabled());
   LoadedWeights out;
   out.cpu_kernels = store.cpu_kernels();
   out.cuda_kernels = store.cuda_kernels();

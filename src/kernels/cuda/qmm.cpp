@@ -1,5 +1,7 @@
 #include "kernels/cuda/qmm.h"
 
+#include <cstdlib>
+
 #include <mlx/fast.h>
 
 #include <string>
@@ -38,6 +40,16 @@ int rows_of(const mx::array& x) {
 bool available() {
   static const bool on = std::string(LMX_BACKEND) == "cuda" && mx::cu::is_available();
   return on && mx::default_device() == mx::Device::gpu;
+}
+
+bool enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("LMX_CUDA_KERNELS");
+    const std::string s = v ? v : "0";
+    check(s == "0" || s == "1", "LMX_CUDA_KERNELS", "expected 0 or 1, got '", s, "'");
+    return s == "1";
+  }();
+  return on;
 }
 
 bool supports(int bits, int group_size, const std::string& mode, mx::Dtype scale_dtype, int N,

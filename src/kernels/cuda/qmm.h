@@ -17,6 +17,11 @@ constexpr int kMaxRows = 16;
 // Whether the kernel can run in this process: a CUDA build whose default device is the GPU.
 bool available();
 
+// LMX_CUDA_KERNELS=1 turns tier L3's CUDA kernel on (read once; 0 or unset: off, anything else
+// an error naming the variable). Off by default: whole-model decode with it was still slower
+// than stock MLX on the H100 (docs/gpu.md), and its tier gates on the GPU are not run yet.
+bool enabled();
+
 // Whether the kernel handles this layer's layout: affine mode, 4 or 8 bits, groups 32/64/128,
 // bfloat16 or float16 scales, N (output features) a multiple of 16, K (inputs) of 128.
 bool supports(int bits, int group_size, const std::string& mode, mx::Dtype scale_dtype, int N,
