@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "server/requests.h"
 
@@ -28,6 +29,10 @@ struct ServerOptions {
   int http_threads = 32;
   std::string log_level = "INFO";
 };
+
+// Whether `given` equals the API key, in a time that depends on the key's length only (no early
+// exit at the first differing byte), so response times do not reveal a guessed prefix.
+bool same_secret(std::string_view given, std::string_view key);
 
 // Loads the model, serves until SIGINT or SIGTERM, then finishes open responses and returns 0.
 int serve(const ServerOptions& options);
