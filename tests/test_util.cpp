@@ -15,7 +15,7 @@ namespace fs = std::filesystem;
 
 fs::path data_dir() {
   const char* env = std::getenv("LMX_TEST_DATA");
-  fs::path dir = env ? fs::path(env) : fs::path(LMX_SOURCE_DIR) / "build" / "testdata";
+  fs::path dir = env ? fs::path(env) : fs::path(LMX_DEFAULT_TEST_DATA);
   if (!fs::is_directory(dir)) {
     ADD_FAILURE() << "test data directory " << dir
                   << " is missing: run scripts/test.sh (it generates the references)";

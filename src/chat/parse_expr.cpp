@@ -29,7 +29,14 @@ ExprPtr Parser::parse_tuple(bool with_condexpr, bool explicit_parens) {
     items.push_back(with_condexpr ? parse_expression() : parse_or());
   }
   if (items.size() == 1 && !comma) return std::move(items[0]);
-  if (items.empty() && !explicit_parens) error("expected an expression");
+  if (items.empty() && !explicit_parens) {
+    // jinja2's describe_token for what was found instead.
+    const std::string found = cur().type == T::BlockEnd ? "end of statement block"
+                              : cur().type == T::VarEnd ? "end of print statement"
+                              : cur().type == T::Eof    ? "end of template"
+                                                        : cur().value;
+    error("expected an expression, got '" + found + "'");
+  }
   auto e = node(Expr::Kind::Tuple, line);
   e->items = std::move(items);
   return e;

@@ -18,7 +18,11 @@ Body Parser::parse_body(const std::set<std::string>& ends, std::string& end) {
   while (true) {
     const Token& tk = cur();
     if (tk.type == T::Eof) {
-      if (!ends.empty()) error("unexpected end of template, expected '" + *ends.begin() + "'");
+      if (!ends.empty()) {
+        std::string want;
+        for (const std::string& e : ends) want += (want.empty() ? "'" : " or '") + e + "'";
+        error("unexpected end of template, expected " + want);
+      }
       end.clear();
       return body;
     }

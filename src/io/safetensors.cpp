@@ -174,12 +174,32 @@ Weights load_model_weights(const fs::path& dir) {
 }
 
 void save_safetensors(const fs::path& path, const Weights& weights, const Metadata& metadata) {
+  // mx::save_safetensors appends the extension when it is missing; keep that naming.
+  fs::path target = path;
+  if (target.extension() != ".safetensors") target += ".safetensors";
+  // Written beside the target and renamed over it: a reader (or a kill at any moment) sees the
+  // old file or the whole new one, never a torn one. The name keeps MLX's extension.
+  std::string name = ".";
+  name.append(target.filename().string())
+      .append(".partial-")
+      .append(std::to_string(::getpid()))
+      .append(".safetensors");
+  const fs::path tmp = target.parent_path() / name;
   std::unordered_map<std::string, mx::array> w(weights.begin(), weights.end());
   std::unordered_map<std::string, std::string> m(metadata.begin(), metadata.end());
   try {
-    mx::save_safetensors(path.string(), std::move(w), std::move(m));
+    mx::save_safetensors(tmp.string(), std::move(w), std::move(m));
   } catch (const std::exception& e) {
-    fail(path.string(), "cannot write safetensors: ", e.what());
+    std::error_code ec;
+    fs::remove(tmp, ec);
+    fail(target.string(), "cannot write safetensors: ", e.what());
+  }
+  std::error_code ec;
+  fs::rename(tmp, target, ec);
+  if (ec) {
+    std::error_code ignored;
+    fs::remove(tmp, ignored);
+    fail(target.string(), "cannot move ", tmp.string(), " into place: ", ec.message());
   }
 }
 

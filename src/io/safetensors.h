@@ -57,7 +57,8 @@ Weights load_safetensors(const std::filesystem::path& path, Metadata* metadata =
 // Loads every `model*.safetensors` in a directory (mlx-lm's glob; the index is not consulted).
 Weights load_model_weights(const std::filesystem::path& dir);
 
-// Writes one file in MLX's layout (the same bytes as mx.save_safetensors).
+// Writes one file in MLX's layout (the same bytes as mx.save_safetensors), through a temporary
+// file beside it renamed into place, so the path never holds a partly written file.
 void save_safetensors(const std::filesystem::path& path, const Weights& weights,
                       const Metadata& metadata = {{"format", "mlx"}});
 

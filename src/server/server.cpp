@@ -24,6 +24,16 @@
 
 namespace lmx::server {
 
+bool same_secret(std::string_view given, std::string_view key) {
+  // volatile: keeps the compiler from turning the loop into an early-exit compare.
+  volatile unsigned char diff = given.size() == key.size() ? 0 : 1;
+  for (size_t i = 0; i < key.size(); ++i) {
+    const unsigned char g = i < given.size() ? static_cast<unsigned char>(given[i]) : 0;
+    diff = diff | (g ^ static_cast<unsigned char>(key[i]));
+  }
+  return diff == 0;
+}
+
 void check_model(const Context& ctx, const std::string& model) {
   // mlx_lm.server answers any name with its loaded model; so do we for its placeholder name.
   if (model.empty() || model == "default_model" || model == ctx.model_id ||
@@ -351,9 +361,14 @@ int serve(const ServerOptions& o) {
     if (ctx.options.api_key.empty() || req.path == "/health")
       return httplib::Server::HandlerResponse::Unhandled;
     const std::string auth = req.get_header_value("Authorization");
+    const std::string_view bearer = std::string_view(auth).starts_with("Bearer ")
+                                        ? std::string_view(auth).substr(7)
+                                        : std::string_view();
     const std::string xkey = req.get_header_value("x-api-key");
-    if (auth == "Bearer " + ctx.options.api_key || xkey == ctx.options.api_key)
-      return httplib::Server::HandlerResponse::Unhandled;
+    // Both compared, always: which header carried the key is not timed either.
+    const bool by_bearer = same_secret(bearer, ctx.options.api_key);
+    const bool by_xkey = same_secret(xkey, ctx.options.api_key);
+    if (by_bearer || by_xkey) return httplib::Server::HandlerResponse::Unhandled;
     send_error(req, res,
                ApiError(401, "Incorrect API key provided", "", "invalid_request_error",
                         "invalid_api_key"));

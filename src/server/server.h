@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "server/requests.h"
 
@@ -32,6 +33,10 @@ struct ServerOptions {
   std::string kv_config;  // --kv-config: a kv_config.json, "off", or empty for the model's own
   std::string log_level = "INFO";
 };
+
+// Whether `given` equals the API key, in a time that depends on the key's length only (no early
+// exit at the first differing byte), so response times do not reveal a guessed prefix.
+bool same_secret(std::string_view given, std::string_view key);
 
 // Loads the model, serves until SIGINT or SIGTERM, then finishes open responses and returns 0.
 int serve(const ServerOptions& options);

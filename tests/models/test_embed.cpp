@@ -42,6 +42,7 @@ std::vector<EmbedRow> load_rows() {
     }
     rows.push_back(std::move(r));
   }
+  check(!rows.empty(), (root / "index.json").string(), "no rows, expected at least 1");
   return rows;
 }
 

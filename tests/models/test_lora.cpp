@@ -28,7 +28,7 @@ namespace fs = std::filesystem;
 
 fs::path lora_dir() {
   const char* env = std::getenv("LMX_TEST_DATA");
-  return (env ? fs::path(env) : fs::path(LMX_SOURCE_DIR) / "build" / "testdata") / "lora";
+  return (env ? fs::path(env) : fs::path(LMX_DEFAULT_TEST_DATA)) / "lora";
 }
 
 // Rows of lora/index.json (read while gtest registers the tests); `fast_only` keeps the float32

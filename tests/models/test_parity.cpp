@@ -36,7 +36,7 @@ std::string& index_error() {
 // Read while gtest registers the tests, so it can't use data_path() (that reports failures).
 std::vector<std::string> parity_rows() {
   const char* env = std::getenv("LMX_TEST_DATA");
-  fs::path dir = env ? fs::path(env) : fs::path(LMX_SOURCE_DIR) / "build" / "testdata";
+  fs::path dir = env ? fs::path(env) : fs::path(LMX_DEFAULT_TEST_DATA);
   fs::path index = dir / "parity" / "index.json";
   std::vector<std::string> rows;
   try {

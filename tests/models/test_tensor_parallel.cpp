@@ -39,6 +39,7 @@ std::vector<Row> rows() {
   for (const auto& r : index.at("rows"))
     out.push_back({r.at("name").get<std::string>(),
                    r.at("error").is_null() ? "" : r.at("error").get<std::string>()});
+  check(!out.empty(), test::data_path("tp/index.json").string(), "no rows, expected at least 1");
   return out;
 }
 

@@ -25,7 +25,7 @@ namespace fs = std::filesystem;
 
 fs::path parity_dir() {
   const char* env = std::getenv("LMX_TEST_DATA");
-  return (env ? fs::path(env) : fs::path(LMX_SOURCE_DIR) / "build" / "testdata") / "parity";
+  return (env ? fs::path(env) : fs::path(LMX_DEFAULT_TEST_DATA)) / "parity";
 }
 
 // float32 / float16 rows with quantized weights and a plain KV cache, unless the row opts out

@@ -697,7 +697,13 @@ class FlagsTest(unittest.TestCase):
             s, _ = srv.request("POST", "/v1/completions", body,
                                {"Authorization": "Bearer wrong"})
             self.assertEqual(s, 401)
+            for headers in ({"Authorization": "Bearer sekri"}, {"Authorization": "Bearer sekritt"},
+                            {"x-api-key": "sekri"}, {"Authorization": "sekrit"}):
+                self.assertEqual(srv.request("POST", "/v1/completions", body, headers)[0], 401,
+                                 headers)
             s, _ = srv.request("POST", "/v1/completions", body, {"Authorization": "Bearer sekrit"})
+            self.assertEqual(s, 200)
+            s, _ = srv.request("POST", "/v1/completions", body, {"x-api-key": "sekrit"})
             self.assertEqual(s, 200)
             self.assertEqual(client.completions.create(model=MODEL, prompt="Hi", max_tokens=1)
                              .usage.completion_tokens, 1)
@@ -738,6 +744,31 @@ class FlagsTest(unittest.TestCase):
             running.close()
             status, out = queued.result(timeout=120)
             self.assertEqual(status, 200, out)
+        finally:
+            self.assertEqual(srv.stop(), 0)
+
+    def test_loopback_by_default(self):
+        def listening(port):
+            """The local addresses listening on `port` (/proc/net/tcp and tcp6, state 0A)."""
+            found = []
+            for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+                with open(table) as f:
+                    for line in f.readlines()[1:]:
+                        local, state = line.split()[1], line.split()[3]
+                        addr, hexport = local.rsplit(":", 1)
+                        if state == "0A" and int(hexport, 16) == port:
+                            found.append(addr)
+            return found
+
+        srv = Server()
+        try:
+            # 127.0.0.1 only (read from the kernel's table: no traffic to any other address).
+            self.assertEqual(listening(srv.port), ["0100007F"])
+        finally:
+            self.assertEqual(srv.stop(), 0)
+        srv = Server("--host", "0.0.0.0")
+        try:
+            self.assertEqual(listening(srv.port), ["00000000"])
         finally:
             self.assertEqual(srv.stop(), 0)
 

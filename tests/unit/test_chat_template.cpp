@@ -6,6 +6,8 @@
 #include <map>
 #include <random>
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include "chat/chat_template.h"
 #include "core/error.h"
@@ -39,6 +41,22 @@ std::string first_difference(const std::string& want, const std::string& got) {
   return os.str();
 }
 
+// The '...' and "..." spans of a jinja2 / Python error message, except Python's own type names
+// ('transformers...TemplateDict object'), which lmx's objects do not share.
+std::vector<std::string> quoted_words(const std::string& msg) {
+  std::vector<std::string> out;
+  for (size_t i = 0; i < msg.size(); ++i) {
+    const char q = msg[i];
+    if (q != '\'' && q != '"') continue;
+    const size_t j = msg.find(q, i + 1);
+    if (j == std::string::npos) break;
+    const std::string w = msg.substr(i + 1, j - i - 1);
+    if (!w.empty() && !w.ends_with(" object")) out.push_back(w);
+    i = j;
+  }
+  return out;
+}
+
 TemplateOptions options_of(const ojson& c) {
   TemplateOptions opt;
   opt.add_generation_prompt = c.at("add_generation_prompt").get<bool>();
@@ -64,9 +82,30 @@ std::string check_case(const ChatTemplate* tmpl, const std::string& compile_erro
       return "transformers raised " + c["error_type"].get<std::string>() + " (" +
              c["error"].get<std::string>() + ") but lmx rendered " + ojson(got).dump();
     // raise_exception's message must reach the user.
-    if (c["error_type"] == "TemplateError" &&
-        error.find(c["error"].get<std::string>()) == std::string::npos)
-      return "error text lost: want '" + c["error"].get<std::string>() + "', got '" + error + "'";
+    const std::string want = c["error"].get<std::string>();
+    if (c["error_type"] == "TemplateError" && error.find(want) == std::string::npos)
+      return "error text lost: want '" + want + "', got '" + error + "'";
+    // Other errors name what jinja2 names: each quoted word of its message (a token, a filter, an
+    // attribute, an operand type), or its whole text when nothing is quoted.
+    if (c["error_type"] != "TemplateError" && error.find(want) == std::string::npos) {
+      const std::vector<std::string> words = quoted_words(want);
+      if (words.empty()) {
+        // jinja2 quotes an object's type in some messages and not in others: compare unquoted.
+        auto unquoted = [](std::string t) {
+          std::erase_if(t, [](char ch) { return ch == '\'' || ch == '"'; });
+          return t;
+        };
+        const std::string text =
+            unquoted(want.ends_with('.') ? want.substr(0, want.size() - 1) : want);
+        if (unquoted(error).find(text) == std::string::npos)
+          return c["error_type"].get<std::string>() + " '" + want + "' but lmx said '" + error +
+                 "'";
+      }
+      for (const std::string& w : words)
+        if (error.find(w) == std::string::npos)
+          return c["error_type"].get<std::string>() + " '" + want + "': lmx's '" + error +
+                 "' does not name '" + w + "'";
+    }
     return "";
   }
   if (!error.empty()) return "lmx failed: " + error;

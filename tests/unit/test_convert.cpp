@@ -1,15 +1,24 @@
 // lmx convert against the Python references made by scripts/gen_convert_fixtures.py:
 // HF -> MLX bit-identical to mlx_lm.convert; GGUF blocks dequantized exactly as gguf-py does and
 // repacked losslessly into MLX affine quantization; config.json keys; bad inputs.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <functional>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <thread>
 
+#include "core/error.h"
 #include "io/gguf.h"
 #include "io/safetensors.h"
 #include "test_util.h"
@@ -185,8 +194,11 @@ Mode expected_mode(const json& m, const ConvertedCheck& c) {
 }
 
 // Converted tensors against the reference values: exact blocks bit for bit, float tensors exactly
-// after rounding the reference to the dtype, the rest within a quantization step.
-void check_converted(const fs::path& dir, const Expected& e, const ConvertedCheck& c) {
+// after rounding the reference to the dtype, rounded blocks as the float32 conversion's exact
+// blocks with their scales and biases rounded to the dtype (`exact32`, checked bit for bit against
+// the reference before), re-quantized ones within a bound taken from the reference values alone.
+void check_converted(const fs::path& dir, const Expected& e, const ConvertedCheck& c,
+                     const Weights* exact32 = nullptr) {
   Weights w = load_model_weights(dir);
   const json config = read_json(dir / "config.json");
   const mx::Dtype dt = dtype_of(c.dtype);
@@ -217,6 +229,16 @@ void check_converted(const fs::path& dir, const Expected& e, const ConvertedChec
     ASSERT_EQ(qw.shape(1), cols * bits / 32);
     ASSERT_EQ(s.shape(1), cols / group);
     const int rows = want.shape(0);
+    if (mode.how == "rounded") {
+      ASSERT_NE(exact32, nullptr) << "rounded blocks need the float32 conversion to compare with";
+      for (const char* part : {".weight", ".scales", ".biases"}) {
+        const mx::array& ref = exact32->at(prefix + part);
+        const mx::array& got = w.at(prefix + part);
+        EXPECT_TRUE(same_bytes(got, part == std::string(".weight") ? ref : mx::astype(ref, dt)))
+            << prefix << part << " is not the float32 conversion's, rounded to " << c.dtype;
+      }
+      continue;
+    }
     const mx::array s32 = mx::astype(mx::slice(s, {0, 0}, {rows, s.shape(1)}), mx::float32);
     const mx::array b32 = mx::astype(mx::slice(b, {0, 0}, {rows, b.shape(1)}), mx::float32);
     mx::array got =
@@ -225,17 +247,17 @@ void check_converted(const fs::path& dir, const Expected& e, const ConvertedChec
       EXPECT_EQ(max_abs_diff(got, want), 0.0f);
       continue;
     }
-    // Rounded scales: off by the rounding of scale and bias; re-quantized: within one step
-    // (mx::quantize moves the grid so that 0 is exact, which can cost a whole step at the
-    // clamped end), plus the same rounding.
-    const float eps = dtype_eps(dt), step = mode.how == "rounded" ? 0.0f : 1.0f;
-    const mx::array scale = mx::repeat(mx::abs(s32), group, 1);
-    const mx::array bias = mx::repeat(mx::abs(b32), group, 1);
-    const mx::array bound =
-        mx::add(mx::add(mx::multiply(scale, mx::array(step + eps * ((1 << bits) - 1))),
-                        mx::multiply(bias, mx::array(eps))),
-                mx::array(1e-6f));
-    const mx::array err = mx::abs(mx::subtract(got, want));
+    // Re-quantized (mx::quantize): within one grid step of the group, (max - min) / (2^bits - 1)
+    // of the reference values (the grid is moved so that 0 is exact: a step at the clamped end),
+    // plus the rounding of scale and bias to the dtype, eps * (n * scale + |bias|) <=
+    // eps * (1.25 * range + max |w|) for the rescaled grid.
+    const float eps = dtype_eps(dt), n = static_cast<float>((1 << bits) - 1);
+    const mx::array g = mx::reshape(want, {rows, cols / group, group});
+    const mx::array range = mx::subtract(mx::max(g, -1, true), mx::min(g, -1, true));
+    const mx::array amax = mx::max(mx::abs(g), -1, true);
+    const mx::array bound = mx::add(mx::multiply(range, mx::array(1.0f / n + 1.25f * eps)),
+                                    mx::multiply(amax, mx::array(2.0f * eps + 1e-6f)));
+    const mx::array err = mx::abs(mx::subtract(mx::reshape(got, {rows, cols / group, group}), g));
     EXPECT_TRUE(mx::all(mx::less_equal(err, bound)).item<bool>())
         << "max |diff| " << max_abs_diff(got, want) << " exceeds the bound for " << mode.how;
   }
@@ -277,13 +299,21 @@ TEST(ConvertGguf, TinyEveryType) {
       {"--gguf-requant-bits 8 --gguf-requant-group-size 64",
        {.requant_bits = 8, .requant_group = 64}},
   };
+  // The first variant (float32: every block exact) is what the rounded ones are compared with.
+  TempDir exact_tmp;
+  Weights exact32;
   for (const auto& v : variants) {
     SCOPED_TRACE("flags: " + v.flags);
     TempDir tmp;
-    auto r = convert(src, tmp / "mlx", v.flags);
+    const fs::path out = (exact32.empty() ? exact_tmp : tmp) / "mlx";
+    auto r = convert(src, out, v.flags);
     ASSERT_EQ(r.exit_code, 0) << r.err;
-    check_converted(tmp / "mlx", e, v.check);
-    const json config = read_json(tmp / "mlx" / "config.json");
+    check_converted(out, e, v.check, &exact32);
+    if (exact32.empty()) {
+      ASSERT_FALSE(::testing::Test::HasFailure()) << "the float32 conversion must be exact";
+      exact32 = load_model_weights(out);
+    }
+    const json config = read_json(out / "config.json");
     EXPECT_EQ(config["tie_word_embeddings"], false);  // tiny.gguf has output.weight
     EXPECT_EQ(config["torch_dtype"], v.check.dtype);
     EXPECT_EQ(config.contains("quantization"), !v.check.all_float);
@@ -466,6 +496,124 @@ TEST_F(ConvertBadInput, BadFlags) {
   expect_failure(src, "bits 7", "-q --q-bits 7");
   expect_failure(src, "group size 48", "--gguf-requant-group-size 48");
   expect_failure(src, "unknown flag", "--bogus");
+}
+
+}  // namespace
+}  // namespace lmx
+
+namespace lmx {
+namespace {
+
+// ---------------------------------------------------------------------------------------------
+// Crash safety: `lmx convert` builds the model in "<dst>.partial" and renames it at the end, so
+// a kill -9 at any moment leaves nothing at the destination, and a second run succeeds.
+
+pid_t spawn_convert(const fs::path& src, const fs::path& dst) {
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    const int null = ::open("/dev/null", O_WRONLY);
+    ::dup2(null, 1);
+    ::dup2(null, 2);
+    const std::string bin = test::lmx_binary().string();
+    ::execl(bin.c_str(), bin.c_str(), "convert", "--hf-path", src.c_str(), "--mlx-path",
+            dst.c_str(), "--quiet", static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  return pid;
+}
+
+// Runs a conversion, waits until `ready` holds (polling every millisecond), kills it with SIGKILL
+// and returns whether it was killed (false: it finished first, with exit code 0).
+bool kill_when(const fs::path& src, const fs::path& dst, const std::function<bool()>& ready) {
+  const pid_t pid = spawn_convert(src, dst);
+  EXPECT_GT(pid, 0);
+  int status = 0;
+  for (;;) {
+    if (::waitpid(pid, &status, WNOHANG) == pid) {
+      EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "convert failed on its own";
+      return false;
+    }
+    if (ready()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ::kill(pid, SIGKILL);
+  ::waitpid(pid, &status, 0);
+  return WIFSIGNALED(status);
+}
+
+// The largest safetensors file being written in the staging directory, in bytes.
+uintmax_t staged_bytes(const fs::path& partial) {
+  uintmax_t most = 0;
+  std::error_code ec;
+  for (fs::directory_iterator it(partial, ec), end; !ec && it != end; it.increment(ec)) {
+    std::error_code e2;
+    if (it->path().string().find(".safetensors") != std::string::npos)
+      most = std::max(most, fs::file_size(it->path(), e2));
+  }
+  return most;
+}
+
+TEST(ConvertCrashSafety, KillAtAnyMomentLeavesNoModel) {
+  const fs::path src = test::data_path("convert/gguf/smollm2.gguf");
+  TempDir tmp;
+  const fs::path out = tmp / "model";
+  const fs::path partial = out.string() + ".partial";
+  struct Moment {
+    std::string name;
+    std::function<bool()> ready;
+  };
+  std::vector<Moment> moments = {
+      {"staging directory created", [&] { return fs::exists(partial); }},
+      {"tensor data being written", [&] { return staged_bytes(partial) > (1u << 20); }},
+      {"config.json staged", [&] { return fs::exists(partial / "config.json"); }},
+  };
+  // LMX_HEAVY=1: also every 20 ms from the start, through the whole conversion.
+  if (const char* h = std::getenv("LMX_HEAVY"); h && std::string(h) == "1") {
+    for (int ms = 0; ms < 4000; ms += 20) {
+      const auto start = std::make_shared<std::chrono::steady_clock::time_point>();
+      moments.push_back({"after " + std::to_string(ms) + " ms", [start, ms] {
+                           if (*start == std::chrono::steady_clock::time_point{})
+                             *start = std::chrono::steady_clock::now();
+                           return std::chrono::steady_clock::now() - *start >=
+                                  std::chrono::milliseconds(ms);
+                         }});
+    }
+  }
+  int killed = 0;
+  for (const auto& m : moments) {
+    SCOPED_TRACE("killed when: " + m.name);
+    if (kill_when(src, out, m.ready)) {
+      ++killed;
+      EXPECT_FALSE(fs::exists(out)) << "a killed conversion left " << out;
+    } else {
+      // It finished before the moment came: the model is whole; start over for the next one.
+      EXPECT_TRUE(fs::exists(out / "config.json"));
+      fs::remove_all(out);
+    }
+  }
+  EXPECT_GE(killed, 3) << "the conversion ended before the moments it should be killed at";
+  // A later conversion replaces the stale staging directory and gives a model that loads.
+  auto r = convert(src, out);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_FALSE(fs::exists(partial));
+  EXPECT_EQ(load_model_weights(out).size(), 61u + 211u * 3);
+}
+
+TEST(SafetensorsWrite, RenamedIntoPlaceWithNothingLeftBeside) {
+  TempDir tmp;
+  const fs::path file = tmp / "a.safetensors";
+  save_safetensors(file, {{"x", mx::array({1.0f, 2.0f})}});
+  save_safetensors(file, {{"y", mx::array({3.0f})}});  // replaces the whole file
+  const Weights w = load_safetensors(file);
+  EXPECT_EQ(w.size(), 1u);
+  EXPECT_TRUE(w.count("y"));
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(tmp.path())) names.push_back(e.path().filename());
+  EXPECT_EQ(names, std::vector<std::string>{"a.safetensors"});
+  // An unwritable place: an error naming the file, no temporary left.
+  EXPECT_THROW(save_safetensors(tmp / "no" / "such" / "b.safetensors", {{"x", mx::array(1.0f)}}),
+               Error);
+  EXPECT_FALSE(fs::exists(tmp / "no"));
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include "server/pipeline.h"
 #include "cache/prompt_cache_lru.h"
 #include "server/requests.h"
+#include "server/server.h"
 #include "server/text_stream.h"
 #include "server/tool_calls.h"
 #include "test_util.h"
@@ -408,6 +409,19 @@ TEST(ServerPromptCache, EvictsLeastRecentlyUsedPastTheByteCap) {
   EXPECT_LE(lru.bytes(), one * 2);
   EXPECT_FALSE(lru.take("m", {1, 1, 1, 1}));  // the oldest went first
   EXPECT_TRUE(lru.take("m", {3, 3, 3, 3}));
+}
+
+// The API key check: equal only for the exact key, whatever the length or the shared prefix.
+TEST(ServerAuth, SameSecretOnlyForTheExactKey) {
+  EXPECT_TRUE(same_secret("sekrit", "sekrit"));
+  EXPECT_FALSE(same_secret("sekri", "sekrit"));
+  EXPECT_FALSE(same_secret("sekritt", "sekrit"));
+  EXPECT_FALSE(same_secret("sekriT", "sekrit"));
+  EXPECT_FALSE(same_secret("", "sekrit"));
+  EXPECT_FALSE(same_secret(std::string("sekrit\0", 7), "sekrit"));
+  EXPECT_FALSE(same_secret(std::string(6, '\0'), "sekrit"));
+  EXPECT_TRUE(same_secret("", ""));
+  EXPECT_FALSE(same_secret("x", ""));
 }
 
 }  // namespace
