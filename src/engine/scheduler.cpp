@@ -201,6 +201,9 @@ void Scheduler::State::start_row(Row& r) {
 
 mx::array Scheduler::State::forward(const mx::array& tokens, const std::vector<Row*>& batch) {
   Model& m = net();
+  // One row (a prefill chunk, a lone decode step) runs on its cache as a single stream does:
+  // the same ops in L1, and in L3 the fused layer kernels, which take one position.
+  if (batch.size() == 1) return m(tokens, batch.front()->cache);
   if (m.batches_rows()) {
     std::vector<Cache*> caches;
     caches.reserve(batch.size());
@@ -213,7 +216,7 @@ mx::array Scheduler::State::forward(const mx::array& tokens, const std::vector<R
     const int i = static_cast<int>(b);
     out.push_back(m(mx::slice(tokens, {i, 0}, {i + 1, tokens.shape(1)}), batch[b]->cache));
   }
-  return out.size() == 1 ? out[0] : mx::concatenate(out, 0);
+  return mx::concatenate(out, 0);
 }
 
 void Scheduler::State::prefill(Row& r) {
