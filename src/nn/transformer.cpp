@@ -31,9 +31,9 @@ mx::array SwiGLUMLP::operator()(const mx::array& x) const {
 
 Attention::Attention(const AttentionOptions& o, WeightStore& w, const std::string& p)
     : opt(o),
-      scale(o.scale ? *o.scale : static_cast<float>(std::pow(o.head_dim, -0.5))),
-      o_proj(Linear::load(w, p + ".o_proj", o.n_heads * o.head_dim, o.hidden_size, o.o_bias)) {
+      scale(o.scale ? *o.scale : static_cast<float>(std::pow(o.head_dim, -0.5))) {
   const int q_size = o.n_heads * o.head_dim, kv_size = o.n_kv_heads * o.head_dim;
+  // In module order (q, k, v, o): the first bad tensor is the one an error names.
   if (o.fused_qkv) {
     qkv_proj = Linear::load(w, p + ".qkv_proj", o.hidden_size, q_size + 2 * kv_size, o.qkv_bias);
   } else {
@@ -41,6 +41,7 @@ Attention::Attention(const AttentionOptions& o, WeightStore& w, const std::strin
     k_proj = Linear::load(w, p + ".k_proj", o.hidden_size, kv_size, o.qkv_bias);
     v_proj = Linear::load(w, p + ".v_proj", o.hidden_size, kv_size, o.qkv_bias);
   }
+  o_proj = Linear::load(w, p + ".o_proj", q_size, o.hidden_size, o.o_bias);
   if (o.qk_norm_eps) {
     q_norm = RMSNorm::load(w, p + ".q_norm", o.qk_norm_over_projection ? q_size : o.head_dim,
                            *o.qk_norm_eps);
