@@ -28,18 +28,24 @@ std::optional<CacheHit> PromptCacheLRU::take(const std::string& key,
     while (common < n && it->tokens[common] == prompt[common]) ++common;
     if (common == 0 || common <= best_len) continue;
     // A cache that cannot drop its tail (a rotating window that wrapped) is only usable whole.
-    bool trimmable = true;
-    for (const auto& c : it->cache) trimmable = trimmable && c->is_trimmable();
-    if (common < it->tokens.size() && !trimmable) continue;
+    bool trimmable = true, longer = false;
+    for (const auto& c : it->cache) {
+      trimmable = trimmable && c->is_trimmable();
+      longer = longer || c->offset() > static_cast<int>(common);
+    }
+    if (longer && !trimmable) continue;
     best = it;
     best_len = common;
   }
   if (best == entries_.end()) return std::nullopt;
   CacheHit hit{std::move(best->cache), best_len};
-  const int drop = static_cast<int>(best->tokens.size() - best_len);
   entries_.erase(best);
-  if (drop > 0)
-    for (auto& c : hit.cache) c->trim(drop);
+  // By each cache's own offset: it may hold a token past `tokens` (a step queued ahead of the
+  // last token read, e.g. an EOS that was fed before it was seen).
+  for (auto& c : hit.cache) {
+    const int drop = c->offset() - static_cast<int>(best_len);
+    if (drop > 0) c->trim(drop);
+  }
   return hit;
 }
 

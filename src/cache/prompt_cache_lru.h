@@ -26,7 +26,8 @@ class PromptCacheLRU {
   // Takes out the entry of `key` sharing the longest prefix with `prompt`, trimmed to that prefix.
   // At most prompt.size() - 1 tokens are reused: the last prompt token must run to give logits.
   std::optional<CacheHit> take(const std::string& key, const std::vector<int>& prompt);
-  // `tokens` are the tokens whose K/V the cache holds, in order.
+  // `tokens` are the tokens whose K/V the cache holds, in order (it may hold more past them:
+  // take() trims by the cache's offset).
   void put(const std::string& key, std::vector<int> tokens, Cache cache);
 
   size_t entries() const { return entries_.size(); }

@@ -399,6 +399,16 @@ TEST(ServerPromptCache, LongestCommonPrefixTrimmedAndKeyed) {
   EXPECT_FALSE(lru.take("nobody", {1, 2, 3}));
 }
 
+TEST(ServerPromptCache, TrimsByTheCachesOffsetWhenItHoldsMoreThanItsTokens) {
+  // A step queued ahead fed one token (an EOS) that the caller never saw: 4 cached, 3 known.
+  lmx::PromptCacheLRU lru(10, std::nullopt);
+  lru.put("m", {1, 2, 3}, cache_of(4));
+  auto hit = lru.take("m", {1, 2, 3, 9});
+  ASSERT_TRUE(hit);
+  EXPECT_EQ(hit->reused, 3u);
+  EXPECT_EQ(hit->cache[0]->offset(), 3);
+}
+
 TEST(ServerPromptCache, EvictsLeastRecentlyUsedPastTheByteCap) {
   const size_t one = lmx::cache_bytes(cache_of(3));
   lmx::PromptCacheLRU lru(10, one * 2);
