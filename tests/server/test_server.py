@@ -382,8 +382,8 @@ class ServeTest(unittest.TestCase):
 
     def test_mixed_concurrent_requests_match_alone(self):
         # 32 requests of every kind at once (continuous batching): stream and not, logprobs,
-        # stop strings, response_format, tools, seeded sampling, Anthropic; each gets what it
-        # gets when sent alone.
+        # stop strings, response_format (a JSON-schema constraint), tools, seeded sampling,
+        # Anthropic; each gets what it gets when sent alone.
         def oai_chat(i, stream, **kw):
             def run():
                 msgs = chat(f"Tell me fact number {i} about the sea.")
@@ -420,8 +420,7 @@ class ServeTest(unittest.TestCase):
                 oai_chat(i, False, temperature=0, stop=[" "]),
                 oai_chat(i, False, temperature=0, max_tokens=12, response_format={
                     "type": "json_schema", "json_schema": {"name": "n", "schema": schema}}),
-                oai_chat(i, False, temperature=0, tools=tools, tool_choice="required",
-                         max_tokens=16),
+                oai_chat(i, False, temperature=0, tools=tools),  # rendered into the prompt
                 oai_chat(i, False, temperature=0.8, seed=100 + i),
                 completion(i, max_tokens=MAX, temperature=0, stream=False) if i % 2
                 else claude(i),
