@@ -86,6 +86,9 @@ struct GenerateOptions {
   std::optional<std::vector<KVLayerBits>> kv_config;
   // Masks the logits before sampling (after the logits processors); null: off.
   std::shared_ptr<TokenConstraint> constraint;
+  // A LoRA adapter loaded with LanguageModel::load_adapter, by name; empty: the base model (with
+  // LoadOptions::adapter_path's adapter, which is part of the loaded weights).
+  std::string adapter;
 };
 
 struct GenerationStats {
@@ -122,6 +125,15 @@ struct LoadOptions {
   // An mlx-lm adapter directory (adapter_config.json + adapters.safetensors: LoRA, DoRA or a
   // full fine-tune), applied as mlx_lm.utils.load(path, adapter_path=...) does (docs/lora.md).
   std::optional<std::filesystem::path> adapter_path = std::nullopt;
+};
+
+// A LoRA adapter loaded by name for GenerateOptions::adapter (LanguageModel::load_adapter).
+struct AdapterInfo {
+  std::string name;
+  std::filesystem::path path;
+  int rank = 0;
+  float scale = 0;
+  int modules = 0;  // the model's linear and embedding modules it changes
 };
 
 struct LaunchOptions {
@@ -165,6 +177,19 @@ class LanguageModel {
   std::vector<KVLayerBits> read_kv_config(const std::filesystem::path& file) const;
   // The tier this model runs (tier_description).
   std::string tier() const;
+
+  // LoRA adapters chosen per request (docs/lora.md): loads an mlx-lm LoRA adapter directory
+  // (fine_tune_type lora) under `name`; a generation takes it with GenerateOptions::adapter, and
+  // generations with different adapters batch together (Scheduler). Throws lmx::Error for a name
+  // already loaded, a bad adapter, DoRA or full fine-tunes (load those with
+  // LoadOptions::adapter_path), adapters on MoE experts, or a tensor-parallel model. Not safe
+  // while a generation runs on another thread: with a Scheduler, call it through
+  // Scheduler::run.
+  void load_adapter(const std::string& name, const std::filesystem::path& dir);
+  // Throws lmx::Error for an unknown name or an adapter a running generation uses.
+  void unload_adapter(const std::string& name);
+  std::vector<AdapterInfo> adapters() const;
+  bool has_adapter(const std::string& name) const;  // any thread
 
   std::vector<int> encode(std::string_view text, bool add_special_tokens = true) const;
   std::string decode(const std::vector<int>& ids) const;
@@ -253,10 +278,10 @@ struct StreamRequest {
 };
 
 struct SchedulerOptions {
-  int max_batch = 0;              // rows decoded together; 0: 16 on the CPU, 64 on a GPU
-  int prompt_concurrency = 1;     // joining prompts prefilled per step
-  int prefill_step_size = 512;    // prompt tokens a joining row prefills per step
-  int max_queue = 0;              // waiting requests past which submit refuses; 0: no limit
+  int max_batch = 0;            // rows decoded together; 0: 16 on the CPU, 64 on a GPU
+  int prompt_concurrency = 1;   // joining prompts prefilled per step
+  int prefill_step_size = 512;  // prompt tokens a joining row prefills per step
+  int max_queue = 0;            // waiting requests past which submit refuses; 0: no limit
   size_t prompt_cache_entries = 10;
   std::optional<size_t> prompt_cache_bytes = std::nullopt;
   std::string cache_key = {};  // names the weights in the prompt cache (model and adapter)

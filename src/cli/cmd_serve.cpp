@@ -1,4 +1,5 @@
 #include <cstdio>
+#include <filesystem>
 
 #include "cli/commands.h"
 #include "core/error.h"
@@ -8,46 +9,54 @@ namespace lmx::cli {
 
 // mlx_lm.server's flags (same names and defaults), plus --api-key, --max-body-bytes.
 int cmd_serve(const Args& args) {
-  Flags f("serve",
-          "Serve the model over HTTP: OpenAI (/v1/chat/completions, /v1/completions, /v1/models) "
-          "and Anthropic (/v1/messages) APIs.",
-          {
-              {"model", "model directory (MLX format) or Hugging Face repo id org/name[@rev]",
-               false, "DIR|REPO"},
-              {"host", "address to listen on", false, "HOST", "127.0.0.1"},
-              {"port", "port to listen on", false, "PORT", "8080"},
-              {"max-tokens", "default maximum tokens per response", false, "N", "512"},
-              {"temp", "default sampling temperature", false, "T", "0"},
-              {"top-p", "default nucleus sampling threshold", false, "P", "1"},
-              {"top-k", "default top-k (0 = off)", false, "K", "0"},
-              {"min-p", "default min-p (0 = off)", false, "P", "0"},
-              {"chat-template", "a chat template (file or text) replacing the model's", false, "T"},
-              {"use-default-chat-template", "(accepted for mlx_lm compatibility)", true},
-              {"chat-template-args",
-               "JSON object of template arguments, e.g. "
-               "'{\"enable_thinking\":false}'",
-               false, "JSON", "{}"},
-              adapter_path_flag(),
-              {"log-level", "DEBUG, INFO, WARNING, ERROR or CRITICAL", false, "L", "INFO"},
-              {"api-key", "require 'Authorization: Bearer KEY' (or x-api-key)", false, "KEY"},
-              {"max-body-bytes", "largest request body accepted", false, "N", "33554432"},
-              {"prompt-cache-size", "prompt cache entries kept", false, "N", "10"},
-              {"prompt-cache-bytes", "byte cap of the prompt cache", false, "N", "unlimited"},
-              {"prefill-step-size",
-               "prompt tokens a joining request prefills between two decode steps", false, "N",
-               "512"},
-              {"max-batch", "requests decoded together (continuous batching)", false, "N",
-               "16 on the CPU, 64 on a GPU"},
-              {"decode-concurrency", "mlx_lm.server's name for --max-batch", false, "N"},
-              {"prompt-concurrency", "joining prompts prefilled at once", false, "N", "1"},
-              {"max-queue", "requests waiting past which the server answers 429", false, "N",
-               "unlimited"},
-              {"http-threads", "HTTP worker threads", false, "N", "32"},
-              {"exact", "tier L1: stock MLX ops, bit-exact with mlx-lm (default: the fast tier L3)",
-               true},
-              {"trust-remote-code", "(accepted for mlx_lm compatibility; no code is run)", true},
-              offline_flag(),
-          });
+  Flags f(
+      "serve",
+      "Serve the model over HTTP: OpenAI (/v1/chat/completions, /v1/completions, /v1/models) "
+      "and Anthropic (/v1/messages) APIs.",
+      {
+          {"model", "model directory (MLX format) or Hugging Face repo id org/name[@rev]", false,
+           "DIR|REPO"},
+          {"host", "address to listen on", false, "HOST", "127.0.0.1"},
+          {"port", "port to listen on", false, "PORT", "8080"},
+          {"max-tokens", "default maximum tokens per response", false, "N", "512"},
+          {"temp", "default sampling temperature", false, "T", "0"},
+          {"top-p", "default nucleus sampling threshold", false, "P", "1"},
+          {"top-k", "default top-k (0 = off)", false, "K", "0"},
+          {"min-p", "default min-p (0 = off)", false, "P", "0"},
+          {"chat-template", "a chat template (file or text) replacing the model's", false, "T"},
+          {"use-default-chat-template", "(accepted for mlx_lm compatibility)", true},
+          {"chat-template-args",
+           "JSON object of template arguments, e.g. "
+           "'{\"enable_thinking\":false}'",
+           false, "JSON", "{}"},
+          adapter_path_flag(),
+          {"adapter",
+           "a LoRA adapter requests choose by name (\"adapter\": NAME, or \"model\": NAME); "
+           "repeatable",
+           false, "NAME=DIR"},
+          {"adapter-root",
+           "directory under which adapters may be loaded at run time (POST /v1/adapters, a "
+           "request's \"adapters\" path)",
+           false, "DIR", "none: off"},
+          {"log-level", "DEBUG, INFO, WARNING, ERROR or CRITICAL", false, "L", "INFO"},
+          {"api-key", "require 'Authorization: Bearer KEY' (or x-api-key)", false, "KEY"},
+          {"max-body-bytes", "largest request body accepted", false, "N", "33554432"},
+          {"prompt-cache-size", "prompt cache entries kept", false, "N", "10"},
+          {"prompt-cache-bytes", "byte cap of the prompt cache", false, "N", "unlimited"},
+          {"prefill-step-size", "prompt tokens a joining request prefills between two decode steps",
+           false, "N", "512"},
+          {"max-batch", "requests decoded together (continuous batching)", false, "N",
+           "16 on the CPU, 64 on a GPU"},
+          {"decode-concurrency", "mlx_lm.server's name for --max-batch", false, "N"},
+          {"prompt-concurrency", "joining prompts prefilled at once", false, "N", "1"},
+          {"max-queue", "requests waiting past which the server answers 429", false, "N",
+           "unlimited"},
+          {"http-threads", "HTTP worker threads", false, "N", "32"},
+          {"exact", "tier L1: stock MLX ops, bit-exact with mlx-lm (default: the fast tier L3)",
+           true},
+          {"trust-remote-code", "(accepted for mlx_lm compatibility; no code is run)", true},
+          offline_flag(),
+      });
   for (auto& spec : kv_cache_flags()) f.add(spec);
   if (!f.parse(args)) {
     std::fputs(f.usage().c_str(), stdout);
@@ -57,6 +66,17 @@ int cmd_serve(const Args& args) {
   o.model_id = f.required("model");  // as given: a repo id stays the model's name
   o.model = resolve_model_flag(f);
   o.adapter_path = adapter_path(f);
+  for (const std::string& a : f.all("adapter")) {
+    const size_t eq = a.find('=');
+    check(eq != std::string::npos && eq > 0 && eq + 1 < a.size(), "serve",
+          "--adapter must be NAME=DIR, got '", a, "'");
+    o.adapters.emplace_back(a.substr(0, eq), a.substr(eq + 1));
+  }
+  if (f.has("adapter-root")) {
+    o.adapter_root = f.str("adapter-root");
+    check(std::filesystem::is_directory(*o.adapter_root), "serve", "--adapter-root '",
+          o.adapter_root->string(), "' is not a directory");
+  }
   o.exact = f.on("exact");
   o.host = f.str("host", "127.0.0.1");
   o.port = f.integer("port", 8080);
@@ -74,8 +94,8 @@ int cmd_serve(const Args& args) {
         "--max-batch and --decode-concurrency are one setting, expected one of them");
   o.scheduler.max_batch =
       f.has("decode-concurrency") ? f.integer("decode-concurrency", 0) : f.integer("max-batch", 0);
-  check(o.scheduler.max_batch >= 0, "serve", "--max-batch must be >= 1 (0: the backend default), got ",
-        o.scheduler.max_batch);
+  check(o.scheduler.max_batch >= 0, "serve",
+        "--max-batch must be >= 1 (0: the backend default), got ", o.scheduler.max_batch);
   o.scheduler.prompt_concurrency = f.integer("prompt-concurrency", 1);
   check(o.scheduler.prompt_concurrency >= 1, "serve", "--prompt-concurrency must be >= 1, got ",
         o.scheduler.prompt_concurrency);

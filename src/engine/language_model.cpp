@@ -16,6 +16,7 @@
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/cuda/qmm.h"
 #include "lmx/lmx.h"
+#include "lora/lora.h"
 #include "models/model.h"
 #include "tokenizer/tokenizer.h"
 
@@ -187,8 +188,51 @@ std::vector<std::vector<float>> LanguageModel::embed_texts(const std::vector<std
   return embed(batch);
 }
 
+void LanguageModel::load_adapter(const std::string& name, const std::filesystem::path& dir) {
+  check(impl_->router() != nullptr, "adapter",
+        "per-request adapters are not supported with tensor parallelism, expected --tp 1");
+  lora::load_routed(*impl_->router(), name, dir);
+}
+
+void LanguageModel::unload_adapter(const std::string& name) {
+  check(impl_->router() != nullptr, "adapter", "unknown adapter '", name, "', none are loaded");
+  impl_->router()->remove(name);
+}
+
+std::vector<AdapterInfo> LanguageModel::adapters() const {
+  std::vector<AdapterInfo> out;
+  if (!impl_->router()) return out;
+  for (const auto& a : impl_->router()->list())
+    out.push_back({a.name, a.path, a.rank, a.scale, a.modules});
+  return out;
+}
+
+bool LanguageModel::has_adapter(const std::string& name) const {
+  return impl_->router() && impl_->router()->has(name);
+}
+
+std::string LanguageModel::Impl::adapter_key(const std::string& adapter) const {
+  if (adapter.empty()) return {};
+  check(router() != nullptr, "adapter", "unknown adapter '", adapter, "', none are loaded");
+  return router()->cache_key(adapter);
+}
+
+AdapterHold::AdapterHold(const LanguageModel::Impl& impl, const std::string& adapter) {
+  if (adapter.empty()) return;
+  check(impl.router() != nullptr, "adapter", "unknown adapter '", adapter, "', none are loaded");
+  slot_ = impl.router()->acquire(adapter);
+  router_ = impl.router();
+}
+
+AdapterHold::~AdapterHold() {
+  if (router_) router_->release(slot_);
+}
+
 void validate_request(const LanguageModel& model, const std::vector<int>& prompt,
                       const GenerateOptions& options) {
+  check(options.adapter.empty() || model.has_adapter(options.adapter), "adapter",
+        "unknown adapter '", options.adapter, "', expected one loaded with load_adapter",
+        model.adapters().empty() ? " (none are loaded)" : "");
   check(!prompt.empty(), "generate", "the prompt is empty, expected at least one token");
   check(options.max_tokens >= 0, "generate", "max_tokens must be >= 0, got ", options.max_tokens);
   if (auto ctx = model.context_length()) {
@@ -210,6 +254,9 @@ GenerationStats stream_generate(LanguageModel::Impl& impl, Cache& cache,
   bool stopped = false;
   GenerateOptions opt = options;
   if (!opt.kv_config) opt.kv_config = impl.kv_config;
+  // Every forward of this generation is one row with this adapter.
+  AdapterHold hold(impl, options.adapter);
+  nn::RouteGuard route(hold.slot() >= 0 ? impl.router() : nullptr, {hold.slot()});
   GenerationStats stats =
       lmx::generate(*impl.loaded.model, cache, prompt, opt,
                     options.ignore_eos ? std::vector<int>{} : impl.eos, [&](const Step& s) {

@@ -10,6 +10,7 @@
 #include "constrain/token_constraint.h"
 #include "lmx/lmx.h"
 #include "models/model.h"
+#include "nn/adapter_router.h"
 #include "tokenizer/tokenizer.h"
 
 namespace lmx {
@@ -31,6 +32,23 @@ struct LanguageModel::Impl {
     return token_table;
   }
   int num_caches() const { return static_cast<int>(loaded.model->make_cache().size()); }
+  nn::AdapterRouter* router() const { return loaded.router.get(); }
+  // What names the weights of a generation with `adapter` in prompt-cache keys ("" for none).
+  std::string adapter_key(const std::string& adapter) const;
+};
+
+// A generation's hold on its adapter (GenerateOptions::adapter) while it runs: -1 for none.
+class AdapterHold {
+ public:
+  AdapterHold(const LanguageModel::Impl& impl, const std::string& adapter);
+  ~AdapterHold();
+  AdapterHold(const AdapterHold&) = delete;
+  AdapterHold& operator=(const AdapterHold&) = delete;
+  int slot() const { return slot_; }
+
+ private:
+  nn::AdapterRouter* router_ = nullptr;
+  int slot_ = -1;
 };
 
 // Throws lmx::Error for an empty prompt, one longer than the context, ids outside the vocabulary

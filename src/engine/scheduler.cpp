@@ -37,6 +37,8 @@ struct Row {
   uint64_t id = 0;
   StreamRequest req;
   GenerateOptions opt;  // req.options with the model's kv_config as the default
+  std::unique_ptr<AdapterHold> adapter;
+  std::string cache_key;  // the scheduler's key and the row's adapter
   Cache cache;
   size_t cached = 0;      // prompt tokens taken from the prompt cache
   std::vector<int> rest;  // the prompt after them
@@ -44,8 +46,8 @@ struct Row {
   std::vector<int> seen;  // prompt and read tokens: what the cache holds, for the prompt cache
   std::optional<mx::array> history;
   std::optional<mx::random::KeySequence> keys;
-  std::optional<mx::array> feed;           // the last sampled token: the next step's input
-  std::optional<mx::array> y, logprobs;    // the last step's output, not yet read
+  std::optional<mx::array> feed;         // the last sampled token: the next step's input
+  std::optional<mx::array> y, logprobs;  // the last step's output, not yet read
   std::optional<mx::array> next_y, next_logprobs;
   int produced = 0;  // tokens sampled, read or not
   int delivered = 0;
@@ -86,8 +88,7 @@ struct Scheduler::State {
     check(o.prefill_step_size >= 1, "scheduler", "prefill_step_size must be >= 1, got ",
           o.prefill_step_size);
     check(o.max_queue >= 0, "scheduler", "max_queue must be >= 0, got ", o.max_queue);
-    max_batch = o.max_batch > 0 ? o.max_batch
-                                : (mx::default_device() == mx::Device::gpu ? 64 : 16);
+    max_batch = o.max_batch > 0 ? o.max_batch : (mx::default_device() == mx::Device::gpu ? 64 : 16);
   }
 
   LanguageModel& model;
@@ -186,8 +187,11 @@ void Scheduler::State::start_row(Row& r) {
   if (!r.opt.kv_config) r.opt.kv_config = impl.kv_config;
   if (r.opt.seed) r.keys.emplace(*r.opt.seed);
   r.detok.emplace(impl.tokenizer);
+  r.adapter = std::make_unique<AdapterHold>(impl, r.opt.adapter);
+  r.cache_key = opt.cache_key;
+  if (!r.opt.adapter.empty()) r.cache_key += "\nadapter:" + impl.adapter_key(r.opt.adapter);
   const std::vector<int>& prompt = r.req.prompt;
-  if (auto hit = prompt_cache.take(opt.cache_key, prompt)) {
+  if (auto hit = prompt_cache.take(r.cache_key, prompt)) {
     r.cache = std::move(hit->cache);
     r.cached = hit->reused;
   } else {
@@ -201,10 +205,21 @@ void Scheduler::State::start_row(Row& r) {
 
 mx::array Scheduler::State::forward(const mx::array& tokens, const std::vector<Row*>& batch) {
   Model& m = net();
+  // Each row's adapter applies to its own rows of the batch (nn/adapter_router.h).
+  std::vector<int> slots;
+  bool adapters = false;
+  for (Row* r : batch) {
+    slots.push_back(r->adapter ? r->adapter->slot() : -1);
+    adapters = adapters || slots.back() >= 0;
+  }
   // One row (a prefill chunk, a lone decode step) runs on its cache as a single stream does:
   // the same ops in L1, and in L3 the fused layer kernels, which take one position.
-  if (batch.size() == 1) return m(tokens, batch.front()->cache);
+  if (batch.size() == 1) {
+    nn::RouteGuard route(adapters ? impl.router() : nullptr, slots);
+    return m(tokens, batch.front()->cache);
+  }
   if (m.batches_rows()) {
+    nn::RouteGuard route(adapters ? impl.router() : nullptr, slots);
     std::vector<Cache*> caches;
     caches.reserve(batch.size());
     for (Row* r : batch) caches.push_back(&r->cache);
@@ -214,6 +229,7 @@ mx::array Scheduler::State::forward(const mx::array& tokens, const std::vector<R
   std::vector<mx::array> out;
   for (size_t b = 0; b < batch.size(); ++b) {
     const int i = static_cast<int>(b);
+    nn::RouteGuard route(slots[b] >= 0 ? impl.router() : nullptr, {slots[b]});
     out.push_back(m(mx::slice(tokens, {i, 0}, {i + 1, tokens.shape(1)}), batch[b]->cache));
   }
   return mx::concatenate(out, 0);
@@ -342,8 +358,9 @@ void Scheduler::State::finish(Row& r, const std::string& reason, const std::stri
     const int offset = r.cache[0]->offset();
     r.seen.resize(std::min(r.seen.size(), static_cast<size_t>(std::max(offset, 0))));
     if (r.fed + static_cast<int>(r.cached) > 0 || offset > 0)
-      prompt_cache.put(opt.cache_key, std::move(r.seen), std::move(r.cache));
+      prompt_cache.put(r.cache_key, std::move(r.seen), std::move(r.cache));
   }
+  r.adapter.reset();
   if (r.req.on_done) {
     try {
       r.req.on_done(res);

@@ -42,7 +42,9 @@ GenerationStats Session::generate(const std::vector<int>& prompt, const Generate
   // At most all but the last prompt token come from the cache: its logits start the answer.
   Cache cache;
   size_t keep = 0;
-  if (auto hit = s.cache.take("", prompt)) {
+  // A cache made under another adapter (or none) never serves this one.
+  const std::string key = s.impl->adapter_key(options.adapter);
+  if (auto hit = s.cache.take(key, prompt)) {
     cache = std::move(hit->cache);
     keep = hit->reused;
   } else {
@@ -59,7 +61,7 @@ GenerationStats Session::generate(const std::vector<int>& prompt, const Generate
   const int offset = cache.empty() ? 0 : cache.front()->offset();
   if (static_cast<int>(tokens.size()) > offset) tokens.resize(static_cast<size_t>(offset));
   s.cached = static_cast<int>(tokens.size());
-  s.cache.put("", std::move(tokens), std::move(cache));
+  s.cache.put(key, std::move(tokens), std::move(cache));
   stats.prompt_tokens = static_cast<int>(suffix.size());
   return stats;
 }

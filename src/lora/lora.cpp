@@ -149,9 +149,16 @@ void Adapter::replace_weights(Weights& checkpoint) {
 }
 
 void Adapter::bind(const Weights& checkpoint) {
+  std::vector<std::string> names;
+  names.reserve(checkpoint.size());
+  for (const auto& [name, a] : checkpoint) names.push_back(name);
+  bind(names);
+}
+
+void Adapter::bind(const std::vector<std::string>& names) {
   // The decoder layers are "<prefix>layers.<i>.": the prefix shared by most tensors.
   std::map<std::string, std::pair<int, int>> prefixes;  // prefix -> (tensors, max index)
-  for (const auto& [name, a] : checkpoint) {
+  for (const auto& name : names) {
     for (size_t at = name.find("layers."); at != std::string::npos;
          at = name.find("layers.", at + 1)) {
       if (at > 0 && name[at - 1] != '.') continue;
@@ -259,6 +266,51 @@ void Adapter::check_all_used() const {
        config_.fine_tune_type, " on ", describe_keys(config_), " of the last ",
        config_.num_layers > 0 ? std::min(config_.num_layers, num_model_layers_) : num_model_layers_,
        " of ", num_model_layers_, " layers (", layers_prefix_, "<i>)");
+}
+
+void load_routed(nn::AdapterRouter& router, const std::string& name, const fs::path& dir) {
+  check(!name.empty(), "adapter", "the adapter name is empty, expected a name");
+  check(!router.has(name), "adapter", "an adapter named '", name,
+        "' is already loaded, expected a new name (unload it first)");
+  std::unique_ptr<Adapter> adapter = Adapter::open(dir);
+  const AdapterConfig& c = adapter->config();
+  check(c.fine_tune_type == "lora", (dir / "adapter_config.json").string(), "fine_tune_type '",
+        c.fine_tune_type,
+        "' cannot be chosen per request, expected lora (load DoRA and full fine-tunes with "
+        "--adapter-path)");
+  const auto& sites = router.sites();
+  std::vector<std::string> paths;
+  paths.reserve(sites.size());
+  for (const auto& s : sites) paths.push_back(s.path);
+  adapter->bind(paths);
+  nn::AdapterRouter::Modules modules;
+  modules.linear.resize(sites.size());
+  modules.embedding.resize(sites.size());
+  int changed = 0;
+  for (size_t i = 0; i < sites.size(); ++i) {
+    const auto& s = sites[i];
+    if (s.embedding) {
+      auto a = adapter->embedding(s.path, nn::Embedding{}, s.in, s.out);
+      if (!a.empty()) modules.embedding[i] = a.front();
+      changed += !a.empty();
+    } else {
+      auto a = adapter->linear(s.path, nn::Linear{}, s.in, s.out);
+      if (!a.empty()) modules.linear[i] = a.front();
+      changed += !a.empty();
+    }
+  }
+  try {
+    adapter->check_all_used();
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    if (what.find("switch_") != std::string::npos || what.find("experts") != std::string::npos)
+      fail((dir / "adapters.safetensors").string(),
+           "adapters on MoE expert layers cannot be chosen per request, expected them loaded with "
+           "--adapter-path (",
+           what, ")");
+    throw;
+  }
+  router.add({name, dir, c.rank, c.scale, changed, 0}, std::move(modules));
 }
 
 }  // namespace lmx::lora

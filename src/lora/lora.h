@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "io/safetensors.h"
+#include "nn/adapter_router.h"
 #include "nn/layers.h"
 
 namespace lmx::lora {
@@ -104,6 +105,8 @@ class Adapter : public nn::AdapterSource {
   // lora / dora: learns the decoder layers' path prefix ("model.layers.", for the wrappers
   // "language_model.model.layers.") and their count from the checkpoint's tensor names.
   void bind(const Weights& checkpoint);
+  // The same from module or tensor names.
+  void bind(const std::vector<std::string>& names);
   // After the model is built: every adapter tensor went to a module the config selects.
   void check_all_used() const;
 
@@ -133,5 +136,10 @@ class Adapter : public nn::AdapterSource {
   std::string layers_prefix_;
   int num_model_layers_ = 0;
 };
+
+// Loads an adapter directory into a model's router under `name` (per-request adapters,
+// LanguageModel::load_adapter). Throws lmx::Error for anything but fine_tune_type lora, tensors
+// for modules the router has no site for (MoE experts among them), and as Adapter::open does.
+void load_routed(nn::AdapterRouter& router, const std::string& name, const fs::path& dir);
 
 }  // namespace lmx::lora

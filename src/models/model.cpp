@@ -7,6 +7,7 @@
 #include "kernels/cpu/qmm.h"
 #include "kernels/cuda/qmm.h"
 #include "lora/lora.h"
+#include "nn/adapter_router.h"
 
 namespace lmx {
 
@@ -209,6 +210,7 @@ LoadedWeights load_model(const fs::path& dir, const LoadOptions& options,
   WeightStore store(std::move(weights), QuantConfig::from_config(config, source), dir.string());
   if (adapter && !adapter->full()) store.set_adapters(adapter.get());
   if (shard) store.set_shard(*shard);
+  if (!sharded) store.set_router(std::make_shared<nn::AdapterRouter>());
   // The L3 fused layer runs o_proj and down_proj inside one primitive, past the all-reduce a shard
   // needs after them: sharded loads run tier L1 until the fused layer learns to reduce.
   store.set_cpu_kernels(!options.exact && !sharded && mx::default_device() == mx::Device::cpu);
@@ -217,6 +219,7 @@ LoadedWeights load_model(const fs::path& dir, const LoadOptions& options,
   LoadedWeights out;
   out.cpu_kernels = store.cpu_kernels();
   out.cuda_kernels = store.cuda_kernels();
+  out.router = store.router();
   // The kernels' settings, read here so that a bad value is an error at load, not inside an eval.
   if (out.cpu_kernels) {
     (void)kernels::cpu::int8_mode();

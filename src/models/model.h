@@ -19,7 +19,8 @@ namespace lmx {
 
 namespace nn {
 struct AdapterSource;
-}
+class AdapterRouter;
+}  // namespace nn
 
 struct QuantSpec {
   int bits = 4;
@@ -73,6 +74,10 @@ class WeightStore {
   // LoRA adapters (src/lora/): the layers ask it for theirs as they load; null: none.
   void set_adapters(nn::AdapterSource* source) { adapters_ = source; }
   nn::AdapterSource* adapters() const { return adapters_; }
+  // Adapters chosen per request (nn/adapter_router.h): every Linear and Embedding registers its
+  // site as it loads; null: none (tensor-parallel loads).
+  void set_router(std::shared_ptr<nn::AdapterRouter> router) { router_ = std::move(router); }
+  const std::shared_ptr<nn::AdapterRouter>& router() const { return router_; }
 
  private:
   Weights weights_;
@@ -84,6 +89,7 @@ class WeightStore {
   bool cpu_kernels_ = false;
   bool cuda_kernels_ = false;
   nn::AdapterSource* adapters_ = nullptr;
+  std::shared_ptr<nn::AdapterRouter> router_;
 };
 
 // Residual-stream states a forward records while the tap is set on a model (what a speculative
@@ -141,6 +147,7 @@ struct LoadedWeights {
   ModelInfo info;
   bool cpu_kernels = false;   // tier L3 (quantized matmuls on lmx's CPU kernels), else L1
   bool cuda_kernels = false;  // tier L3 of a CUDA build (decode matmuls on lmx's CUDA kernel)
+  std::shared_ptr<nn::AdapterRouter> router;  // per-request adapters; null with tensor parallel
 };
 
 // One registered architecture: build the model from config.json, consuming tensors.

@@ -5,6 +5,7 @@
 // table run the op-by-op path.
 #include "cache/rows_cache.h"
 #include "kernels/cpu/fused.h"
+#include "nn/adapter_router.h"
 #include "nn/transformer.h"
 
 namespace lmx::nn {
@@ -12,7 +13,7 @@ namespace lmx::nn {
 namespace {
 
 bool fusable(const Linear& l, bool bias_ok) {
-  return l.cpu_kernel && l.adapters.empty() && (bias_ok || !l.bias);
+  return l.cpu_kernel && l.adapters.empty() && !l.routed.active() && (bias_ok || !l.bias);
 }
 
 kernels::cpu::QLinear qlinear(const Linear& l) {

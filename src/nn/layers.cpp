@@ -10,6 +10,7 @@
 #include "kernels/cpu/fused.h"
 #include "kernels/cpu/qmm.h"
 #include "kernels/cuda/qmm.h"
+#include "nn/adapter_router.h"
 
 namespace lmx::nn {
 
@@ -98,6 +99,7 @@ Linear Linear::load(WeightStore& w, const std::string& path, int in, int out, bo
   if (has_bias) l.bias = w.take(path + ".bias", {out});
   // Before compacting: DoRA dequantizes the checkpoint's scales itself.
   if (w.adapters()) l.adapters = w.adapters()->linear(path, l, in, out);
+  if (w.router()) l.routed = {w.router(), w.router()->add_site({path, false, in, out})};
   if (l.cpu_kernel) {
     compact_scales(*l.scales, *l.biases);
     kernels::cpu::prepack(l.weight, *l.scales, *l.biases, l.quant->group_size, l.quant->bits);
@@ -111,8 +113,11 @@ mx::array Linear::operator()(const mx::array& x) const {
   mx::array y = base(x);
   if (all_reduce) y = (*all_reduce)(y);
   for (const auto& a : adapters) y = (*a)(x, y);
+  if (routed.router) y = routed.router->linear(routed.site, x, y);
   return y;
 }
+
+bool RoutedSite::active() const { return router && router->applies(site); }
 
 mx::array Linear::base(const mx::array& x) const {
   if (cpu_kernel) {
@@ -150,18 +155,21 @@ Embedding Embedding::load(WeightStore& w, const std::string& path, int vocab, in
     e.weight = w.take(path + ".weight", {vocab, dims});
   }
   if (w.adapters()) e.adapters = w.adapters()->embedding(path, e, vocab, dims);
+  if (w.router()) e.routed = {w.router(), w.router()->add_site({path, true, vocab, dims})};
   return e;
 }
 
 mx::array Embedding::operator()(const mx::array& ids) const {
   mx::array y = lookup(ids);
   for (const auto& a : adapters) y = a->lookup(ids, y);
+  if (routed.router) y = routed.router->lookup(routed.site, ids, y);
   return y;
 }
 
 mx::array Embedding::as_linear(const mx::array& x) const {
   mx::array y = head(x);
   for (const auto& a : adapters) y = a->as_linear(x, y);
+  if (routed.router) y = routed.router->head(routed.site, x, y);
   return y;
 }
 

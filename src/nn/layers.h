@@ -41,6 +41,14 @@ struct SwitchAdapter {
 
 struct Linear;
 struct Embedding;
+class AdapterRouter;
+
+// A module's place among the adapters chosen per request (nn/adapter_router.h).
+struct RoutedSite {
+  std::shared_ptr<AdapterRouter> router;  // null: the model takes no per-request adapters
+  int site = -1;
+  bool active() const;  // a routed adapter changes this module in the current forward
+};
 
 // Where Linear::load and Embedding::load get a module's adapters once its tensors are taken
 // (LoRA adapters, src/lora/), by the module's path and logical sizes.
@@ -74,6 +82,7 @@ struct Linear {
   bool cpu_kernel = false;   // tier L3: the quantized matmul runs kernels/cpu/qmm.h
   bool cuda_kernel = false;  // tier L3 on CUDA: decode-sized calls run kernels/cuda/qmm.h
   std::vector<std::shared_ptr<const LinearAdapter>> adapters;
+  RoutedSite routed;
   std::optional<AllReduce> all_reduce;  // tensor parallel, sharded-to-all (nn/shard.h)
 
   static Linear load(WeightStore& w, const std::string& path, int in, int out, bool has_bias);
@@ -92,6 +101,7 @@ struct Embedding {
   bool cuda_kernel = false;               // tier L3 on CUDA: as_linear runs kernels/cuda/qmm.h
   std::optional<mx::Dtype> lookup_dtype;  // L3: the checkpoint's scale dtype, before compacting
   std::vector<std::shared_ptr<const EmbeddingAdapter>> adapters;
+  RoutedSite routed;
 
   static Embedding load(WeightStore& w, const std::string& path, int vocab, int dims);
   mx::array operator()(const mx::array& ids) const;

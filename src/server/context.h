@@ -43,6 +43,10 @@ std::shared_ptr<Job> make_job(const Context& ctx, std::vector<int> prompt, const
                               const std::string& prompt_field,
                               const std::string& constraint_prefix = "");
 void check_model(const Context& ctx, const std::string& model);
+// The adapter a request picks (`adapter`, `model` naming a loaded adapter, or `adapters` as a
+// directory, loaded on first use when it lies under --adapter-root); "" for the base model.
+// ApiError 404 for an unknown name, 403 for a directory outside the root, 400 for a bad adapter.
+std::string resolve_adapter(const Context& ctx, const SamplingRequest& s);
 
 // For non-streaming responses, which write nothing until the end: a check that the client is
 // still connected (its socket has not seen the peer's FIN or a reset), polled between tokens.
@@ -63,5 +67,10 @@ void handle_completion(const Context& ctx, const httplib::Request& req, httplib:
 void handle_messages(const Context& ctx, const httplib::Request& req, httplib::Response& res);
 void handle_embeddings(const Context& ctx, const httplib::Request& req, httplib::Response& res);
 void handle_count_tokens(const Context& ctx, const httplib::Request& req, httplib::Response& res);
+// GET /v1/adapters, POST /v1/adapters {id, path}, DELETE /v1/adapters/{id}; vLLM's
+// POST /v1/load_lora_adapter {lora_name, lora_path} and /v1/unload_lora_adapter {lora_name}.
+void handle_list_adapters(const Context& ctx, const httplib::Request& req, httplib::Response& res);
+void handle_load_adapter(const Context& ctx, const httplib::Request& req, httplib::Response& res);
+void handle_unload_adapter(const Context& ctx, const httplib::Request& req, httplib::Response& res);
 
 }  // namespace lmx::server

@@ -38,6 +38,7 @@ bool Job::pop(std::vector<TokenEvent>& out) {
 Engine::Engine(const EngineOptions& o)
     : options_(o),
       model_(LanguageModel::load(o.model, {.exact = o.exact, .adapter_path = o.adapter_path})) {
+  for (const auto& [name, dir] : o.adapters) model_.load_adapter(name, dir);
   // The K/V of a prompt depend on the adapter too.
   options_.scheduler.cache_key =
       std::filesystem::weakly_canonical(o.model).string() +
@@ -83,6 +84,33 @@ void Engine::stop() {
   s.reset();  // ends every job ("cancelled") and joins
 }
 
+void Engine::load_adapter(const std::string& name, const std::filesystem::path& dir) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (scheduler_)
+    scheduler_->run([&] { model_.load_adapter(name, dir); });
+  else
+    model_.load_adapter(name, dir);
+}
+
+void Engine::unload_adapter(const std::string& name) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (scheduler_)
+    scheduler_->run([&] { model_.unload_adapter(name); });
+  else
+    model_.unload_adapter(name);
+}
+
+std::optional<std::string> Engine::adapter_at(const std::filesystem::path& dir) const {
+  std::error_code ec;
+  const auto want = std::filesystem::weakly_canonical(dir, ec);
+  if (ec) return std::nullopt;
+  for (const auto& a : model_.adapters()) {
+    const auto have = std::filesystem::weakly_canonical(a.path, ec);
+    if (!ec && have == want) return a.name;
+  }
+  return std::nullopt;
+}
+
 void Engine::cancel(Job& job) {
   job.cancelled = true;
   std::lock_guard<std::mutex> lock(mu_);
@@ -117,8 +145,8 @@ void Engine::submit(const std::shared_ptr<Job>& job) {
                    "generation %d tokens, %.3f tokens-per-sec; %s\n",
                    job->prompt.size(), r.cached_tokens, r.stats.prompt_tps(),
                    r.stats.generation_tokens, r.stats.generation_tps(), r.finish_reason.c_str());
-    job->finish(JobResult{r.stats, r.cached_tokens,
-                          r.finish_reason == "error" ? "" : r.finish_reason, r.error, {}});
+    job->finish(JobResult{
+        r.stats, r.cached_tokens, r.finish_reason == "error" ? "" : r.finish_reason, r.error, {}});
   };
   try {
     job->id = scheduler_->submit(std::move(req));

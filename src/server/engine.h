@@ -11,6 +11,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "constrain/token_constraint.h"
@@ -65,6 +66,8 @@ struct EngineOptions {
   std::filesystem::path model;
   bool exact = false;  // tier L1 (stock MLX ops) instead of the fast tier
   std::optional<std::filesystem::path> adapter_path;  // a LoRA adapter (lora/lora.h)
+  // --adapter NAME=DIR: LoRA adapters loaded at start, chosen per request by name.
+  std::vector<std::pair<std::string, std::filesystem::path>> adapters;
   SchedulerOptions scheduler;  // batch size, queue, prefill chunks, prompt cache
   bool log_stats = false;      // one line per job on standard error: tokens and speeds
 };
@@ -83,6 +86,14 @@ class Engine {
   void stop();
 
   const LanguageModel& model() const { return model_; }
+  // Per-request adapters (LanguageModel::load_adapter), loaded and unloaded between two steps
+  // of the scheduler. Throw lmx::Error as the library does.
+  void load_adapter(const std::string& name, const std::filesystem::path& dir);
+  void unload_adapter(const std::string& name);
+  std::vector<AdapterInfo> adapters() const { return model_.adapters(); }
+  bool has_adapter(const std::string& name) const { return model_.has_adapter(name); }
+  // The name of the adapter loaded from `dir` (the same directory), if one is.
+  std::optional<std::string> adapter_at(const std::filesystem::path& dir) const;
   const Tokenizer& tokenizer() const;
   const ModelInfo& info() const;
   const std::vector<int>& eos_ids() const;

@@ -78,6 +78,8 @@ void response_format(const ojson& b, SamplingRequest& s) {
 SamplingRequest sampling(const ojson& b, const SamplingDefaults& d, const char* max_key) {
   SamplingRequest s;
   s.model = string(b, "model").value_or("default_model");
+  s.adapter = string(b, "adapter").value_or("");
+  s.adapter_path = string(b, "adapters");
   GenerateOptions& g = s.gen;
   g.prefill_step_size = d.prefill_step_size;
   g.kv_bits = d.kv_bits;

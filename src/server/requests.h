@@ -27,6 +27,10 @@ struct SamplingDefaults {
 
 struct SamplingRequest {
   std::string model;
+  // A LoRA adapter loaded by name (`adapter`, lmx's field; `model` naming an adapter also picks
+  // it), or mlx_lm.server's `adapters`: an adapter directory.
+  std::string adapter;
+  std::optional<std::string> adapter_path;
   GenerateOptions gen;
   std::vector<std::string> stop;
   bool stream = false;

@@ -37,7 +37,7 @@ bool same_secret(std::string_view given, std::string_view key) {
 void check_model(const Context& ctx, const std::string& model) {
   // mlx_lm.server answers any name with its loaded model; so do we for its placeholder name.
   if (model.empty() || model == "default_model" || model == ctx.model_id ||
-      model == ctx.options.model.string())
+      model == ctx.options.model.string() || ctx.engine->has_adapter(model))
     return;
   throw ApiError(404,
                  "The model '" + model + "' does not exist; this server has '" + ctx.model_id + "'",
@@ -74,6 +74,7 @@ std::shared_ptr<Job> make_job(const Context& ctx, std::vector<int> prompt, const
   auto job = std::make_shared<Job>();
   job->prompt = std::move(prompt);
   job->options = s.gen;
+  job->options.adapter = resolve_adapter(ctx, s);
   if (ctx.kv_config) job->options.kv_config = ctx.kv_config;
   job->top_logprobs = s.top_logprobs;
   if (s.json_object || s.json_schema) {
@@ -334,6 +335,7 @@ int serve(const ServerOptions& o) {
   eo.model = o.model;
   eo.exact = o.exact;
   eo.adapter_path = o.adapter_path;
+  eo.adapters = o.adapters;
   eo.scheduler = o.scheduler;
   eo.scheduler.prompt_cache_entries = o.prompt_cache_entries;
   eo.scheduler.prompt_cache_bytes = o.prompt_cache_bytes;
@@ -391,18 +393,36 @@ int serve(const ServerOptions& o) {
   });
   const ojson model_card = {
       {"id", ctx.model_id}, {"object", "model"}, {"created", ctx.created}, {"owned_by", "lmx"}};
-  http.Get("/v1/models", [model_card](const httplib::Request&, httplib::Response& res) {
-    send_json(res, {{"object", "list"}, {"data", ojson::array({model_card})}});
-  });
+  // Loaded adapters are models too (as vLLM lists its LoRA adapters), with the base as parent.
+  const auto adapter_card = [&ctx](const std::string& name) {
+    return ojson{{"id", name},
+                 {"object", "model"},
+                 {"created", ctx.created},
+                 {"owned_by", "lmx"},
+                 {"parent", ctx.model_id}};
+  };
+  http.Get("/v1/models",
+           [&ctx, model_card, adapter_card](const httplib::Request&, httplib::Response& res) {
+             ojson data = ojson::array({model_card});
+             for (const auto& a : ctx.engine->adapters()) data.push_back(adapter_card(a.name));
+             send_json(res, {{"object", "list"}, {"data", data}});
+           });
   http.Get(R"(/v1/models/(.+))",
-           [&ctx, model_card](const httplib::Request& req, httplib::Response& res) {
+           [&ctx, model_card, adapter_card](const httplib::Request& req, httplib::Response& res) {
              try {
-               check_model(ctx, req.matches[1]);
-               send_json(res, model_card);
+               const std::string id = req.matches[1];
+               check_model(ctx, id);
+               send_json(res, ctx.engine->has_adapter(id) && id != ctx.model_id ? adapter_card(id)
+                                                                                : model_card);
              } catch (const ApiError& e) {
                send_error(req, res, e);
              }
            });
+  http.Get("/v1/adapters", guarded(ctx, handle_list_adapters));
+  http.Post("/v1/adapters", guarded(ctx, handle_load_adapter));
+  http.Delete(R"(/v1/adapters/(.+))", guarded(ctx, handle_unload_adapter));
+  http.Post("/v1/load_lora_adapter", guarded(ctx, handle_load_adapter));
+  http.Post("/v1/unload_lora_adapter", guarded(ctx, handle_unload_adapter));
   http.Post("/v1/chat/completions", guarded(ctx, handle_chat));
   http.Post("/chat/completions", guarded(ctx, handle_chat));
   http.Post("/v1/completions", guarded(ctx, handle_completion));

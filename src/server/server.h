@@ -7,6 +7,8 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "server/requests.h"
 
@@ -15,9 +17,14 @@ namespace lmx::server {
 struct ServerOptions {
   std::filesystem::path model;
   std::string model_id;  // the --model reference as given (a directory or a repo id)
-  bool exact = false;  // --exact: tier L1
+  bool exact = false;    // --exact: tier L1
   // --adapter-path: an mlx-lm LoRA adapter directory
   std::optional<std::filesystem::path> adapter_path;
+  // --adapter NAME=DIR (repeatable): adapters chosen per request by name.
+  std::vector<std::pair<std::string, std::filesystem::path>> adapters;
+  // --adapter-root: adapters loaded at run time (POST /v1/adapters, a request's `adapters`
+  // path) must lie under it; unset: none can be.
+  std::optional<std::filesystem::path> adapter_root;
   std::string host = "127.0.0.1";
   int port = 8080;
   SamplingDefaults defaults;

@@ -13,9 +13,11 @@
 #include <random>
 #include <thread>
 
+#include "core/error.h"
 #include "core/json.h"
 #include "engine/model_impl.h"
 #include "generate/generate.h"
+#include "io/safetensors.h"
 #include "lmx/lmx.h"
 #include "test_util.h"
 
@@ -25,17 +27,30 @@ namespace {
 namespace fs = std::filesystem;
 namespace mx = mlx::core;
 
-// A parity row's model with the default model's tokenizer beside it (the tiny vocabularies are
-// ids of SmolLM2's), so that LanguageModel can load it: a directory of links.
-fs::path model_dir(const std::string& row) {
-  const fs::path src = test::data_path("parity/" + row);
-  const fs::path tok = test::data_path("smollm2-135m-instruct-4bit");
-  const fs::path dir = fs::temp_directory_path() / ("lmx_batch_" + std::to_string(getpid())) / row;
+// This process's scratch directory, removed at exit.
+const fs::path& scratch() {
+  static const struct Root {
+    fs::path path = fs::temp_directory_path() / ("lmx_batch_" + std::to_string(getpid()));
+    ~Root() {
+      std::error_code ec;
+      fs::remove_all(path, ec);
+    }
+  } root;
+  return root.path;
+}
+
+// A test-data model (a parity row's, by default) with the default model's tokenizer beside it
+// (the tiny vocabularies are ids of SmolLM2's), so that LanguageModel can load it: a directory
+// of links.
+fs::path model_dir(const std::string& row, const std::string& table = "parity") {
+  const fs::path src = fs::absolute(test::data_path(table + "/" + row));
+  const fs::path tok = fs::absolute(test::data_path("smollm2-135m-instruct-4bit"));
+  const fs::path dir = scratch() / row;
   fs::remove_all(dir);
   fs::create_directories(dir);
   for (const auto& e : fs::directory_iterator(src)) {
     const std::string name = e.path().filename().string();
-    if (name.starts_with("reference")) continue;
+    if (name.starts_with("reference") || name == "adapter") continue;
     fs::create_symlink(e.path(), dir / name);
   }
   for (const char* name : {"tokenizer.json", "tokenizer_config.json"})
@@ -89,7 +104,8 @@ Tokens alone(LanguageModel& model, const Case& c) {
   GenerateOptions opt = c.options;
   if (!opt.kv_config) opt.kv_config = model.kv_config();
   Tokens out;
-  generate(*model.impl().loaded.model, c.prompt, opt, model.eos_token_ids(), [&](const Step& s) {
+  const std::vector<int> eos = opt.ignore_eos ? std::vector<int>{} : model.eos_token_ids();
+  generate(*model.impl().loaded.model, c.prompt, opt, eos, [&](const Step& s) {
     out.ids.push_back(s.token);
     out.logprobs.push_back(
         mx::astype(mx::take(s.logprobs, mx::array(s.token)), mx::float32).item<float>());
@@ -134,15 +150,33 @@ std::vector<Outcome> batched(Scheduler& s, const std::vector<Case>& cases) {
 // quantized weights; gemma4 (KV sharing) and gemma2 (soft-capped scores over the raw keys),
 // whose rows step one at a time.
 const std::vector<std::string> kRows = {
-    "llama_tied",           "llama_rope_yarn",         "llama_rope_dynamic",
-    "qwen2_untied",         "qwen3_q4_g64",            "llama_f16",
-    "llama_f32_q4_g64",     "gemma3_text_window8",     "gemma3_text_q4_g64",
-    "gemma3_tied",          "gemma4_text_ple",         "gemma4_moe_f32",
-    "minicpm",              "starcoder2_untied_q4_g64", "llama_kv4_g64",
-    "llama_kv8_g64_start20", "gemma3_text_kv4_g32",    "gemma3_text_kv_config",
-    "qwen3_q4_kv4_g32",     "phi3_longrope",           "olmo2_q4_g64",
-    "granite",              "smollm3",                 "glm4",
-    "qwen3_moe_f32",        "gemma2_q4_g64",           "llama_layer_types_window8",
+    "llama_tied",
+    "llama_rope_yarn",
+    "llama_rope_dynamic",
+    "qwen2_untied",
+    "qwen3_q4_g64",
+    "llama_f16",
+    "llama_f32_q4_g64",
+    "gemma3_text_window8",
+    "gemma3_text_q4_g64",
+    "gemma3_tied",
+    "gemma4_text_ple",
+    "gemma4_moe_f32",
+    "minicpm",
+    "starcoder2_untied_q4_g64",
+    "llama_kv4_g64",
+    "llama_kv8_g64_start20",
+    "gemma3_text_kv4_g32",
+    "gemma3_text_kv_config",
+    "qwen3_q4_kv4_g32",
+    "phi3_longrope",
+    "olmo2_q4_g64",
+    "granite",
+    "smollm3",
+    "glm4",
+    "qwen3_moe_f32",
+    "gemma2_q4_g64",
+    "llama_layer_types_window8",
 };
 
 class BatchRows : public ::testing::TestWithParam<std::string> {};
@@ -293,8 +327,8 @@ TEST(Scheduler, CancelEndsARunningRowAndOthersGoOn) {
   };
   long_id = s.submit(std::move(r));
   id_known.set_value(long_id);
-  StreamRequest q = request(cases[0].prompt, cases[0].options.max_tokens, short_done,
-                            &short_tokens);
+  StreamRequest q =
+      request(cases[0].prompt, cases[0].options.max_tokens, short_done, &short_tokens);
   q.options = cases[0].options;
   s.submit(std::move(q));
   const StreamResult lr = long_done.get_future().get();
@@ -351,6 +385,220 @@ TEST(Scheduler, PromptCacheReusesAllButTheLastTokenWithTheSameTokens) {
   EXPECT_EQ(second.result.cached_tokens, c.prompt.size() - 1);
   EXPECT_EQ(first.tokens, want);
   EXPECT_EQ(second.tokens, want);
+}
+
+// mlx-lm's batch_generate (its left-padded BatchKVCache) on the default SmolLM2 model, greedy,
+// all prompts at once (scripts/gen_batch_golden.py): the scheduler's rows give its tokens.
+TEST(Scheduler, SameTokensAsMlxLmBatchGenerate) {
+  const json ref = read_json_file(test::data_path("golden") / "batch_generate.json");
+  LanguageModel model =
+      LanguageModel::load(test::data_path("smollm2-135m-instruct-4bit"), {.exact = true});
+  std::vector<Case> cases;
+  for (const auto& c : ref["cases"]) {
+    Case k;
+    k.prompt = c["prompt_ids"].get<std::vector<int>>();
+    k.options.max_tokens = ref["max_tokens"].get<int>();
+    cases.push_back(std::move(k));
+  }
+  ASSERT_GE(cases.size(), 4u);
+  Scheduler s(model, {.max_batch = static_cast<int>(cases.size()), .prompt_cache_entries = 0});
+  const std::vector<Outcome> got = batched(s, cases);
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const auto want = ref["cases"][i]["batch_tokens"].get<std::vector<int>>();
+    EXPECT_EQ(got[i].tokens.ids, want) << "prompt " << i;
+    EXPECT_EQ(got[i].result.finish_reason,
+              static_cast<int>(want.size()) < cases[i].options.max_tokens ? "stop" : "length");
+  }
+}
+
+// LoRA adapters chosen per request (LanguageModel::load_adapter): rows with different adapters
+// (and none) share one batch, and each row computes exactly what the model loaded with that
+// adapter (LoadOptions::adapter_path) computes alone. The second adapter is the fixture's with
+// lora_b negated.
+fs::path negated_adapter(const fs::path& adapter, const std::string& name) {
+  const fs::path out = scratch() / name;
+  fs::remove_all(out);
+  fs::create_directories(out);
+  fs::copy_file(adapter / "adapter_config.json", out / "adapter_config.json");
+  Weights w = load_safetensors(adapter / "adapters.safetensors");
+  for (auto& [key, a] : w)
+    if (key.ends_with(".lora_b")) a = mx::negative(a);
+  save_safetensors(out / "adapters.safetensors", w, {{"format", "mlx"}});
+  return out;
+}
+
+class BatchAdapters : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(BatchAdapters, RowsWithDifferentAdaptersEachAsAloneWithThatAdapter) {
+  const std::string row = GetParam();
+  const fs::path dir = model_dir(row, "lora");
+  const fs::path a = test::data_path("lora/" + row) / "adapter";
+  const fs::path b = negated_adapter(a, row + "_negated");
+  LanguageModel base = LanguageModel::load(dir, {.exact = true});
+  base.load_adapter("a", a);
+  base.load_adapter("b", b);
+  ASSERT_EQ(base.adapters().size(), 2u);
+  EXPECT_GT(base.adapters()[0].modules, 0);
+
+  std::vector<Case> cases = make_cases(row_vocab(dir), 8, 17);
+  cases.push_back(cases[0]);
+  cases[4].prompt.push_back(cases[0].prompt.front());
+  const char* pick[] = {"a", "b", "", "a", "b"};
+  cases[1].options.sampler.temp = 0.8f;
+  cases[1].options.seed = 99;
+  std::vector<Tokens> want;
+  {
+    LanguageModel with_a = LanguageModel::load(dir, {.exact = true, .adapter_path = a});
+    LanguageModel with_b = LanguageModel::load(dir, {.exact = true, .adapter_path = b});
+    for (size_t i = 0; i < cases.size(); ++i) {
+      const std::string p = pick[i];
+      want.push_back(alone(p == "a" ? with_a : p == "b" ? with_b : base, cases[i]));
+    }
+  }
+  for (size_t i = 0; i < cases.size(); ++i) cases[i].options.adapter = pick[i];
+  // Single stream, the adapter by name.
+  for (size_t i = 0; i < cases.size(); ++i) {
+    Tokens got;
+    GenerateOptions opt = cases[i].options;
+    base.generate(cases[i].prompt, opt, [&](const TokenOutput& t) {
+      if (t.token >= 0) got.ids.push_back(t.token);
+      return true;
+    });
+    EXPECT_EQ(got.ids, want[i].ids) << row << " alone, request " << i;
+  }
+  // Four rows for five requests: a, b and none in one batch, the fifth joins later.
+  Scheduler s(base, {.max_batch = 4, .prefill_step_size = 8, .prompt_cache_entries = 0});
+  const std::vector<Outcome> got = batched(s, cases);
+  for (size_t i = 0; i < cases.size(); ++i) {
+    EXPECT_EQ(got[i].result.finish_reason, "length") << got[i].result.error;
+    EXPECT_EQ(got[i].tokens, want[i]) << row << " request " << i << " adapter '" << pick[i] << "'";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Rows, BatchAdapters,
+                         ::testing::Values("llama_lora_last1", "llama_q4_lora_keys",
+                                           "llama_untied_lora_head", "qwen3_lora_embed",
+                                           "qwen2_lora_bias"),
+                         [](const auto& info) { return info.param; });
+
+// Tier L3: per-request adapters over the CPU kernels (a layer a routed adapter changes runs op by
+// op) against the model loaded with the adapter, alone, in L3: the gate of BatchRowsL3.
+TEST(SchedulerAdapters, L3RowsWithAdaptersAgreeWithTheLoadedAdapterWithinTheGate) {
+  const std::string row = "llama_f32_q4_lora";
+  const fs::path dir = model_dir(row, "lora");
+  const fs::path a = test::data_path("lora/" + row) / "adapter";
+  LanguageModel base = LanguageModel::load(dir);
+  ASSERT_NE(base.tier().find("L3"), std::string::npos) << base.tier();
+  base.load_adapter("a", a);
+  std::vector<Case> cases = make_cases(row_vocab(dir), 8, 23);
+  std::vector<Tokens> want;
+  {
+    LanguageModel with_a = LanguageModel::load(dir, {.adapter_path = a});
+    for (size_t i = 0; i < cases.size(); ++i)
+      want.push_back(alone(i % 2 == 0 ? with_a : base, cases[i]));
+  }
+  for (size_t i = 0; i < cases.size(); i += 2) cases[i].options.adapter = "a";
+  Scheduler s(base, {.max_batch = 3, .prefill_step_size = 8, .prompt_cache_entries = 0});
+  const std::vector<Outcome> got = batched(s, cases);
+  int same = 0, total = 0;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    ASSERT_EQ(got[i].result.finish_reason, "length") << got[i].result.error;
+    ASSERT_EQ(got[i].tokens.ids.size(), want[i].ids.size());
+    for (size_t j = 0; j < want[i].ids.size(); ++j) {
+      ++total;
+      if (got[i].tokens.ids[j] != want[i].ids[j]) break;
+      ++same;
+      EXPECT_NEAR(got[i].tokens.logprobs[j], want[i].logprobs[j], 1e-2)
+          << row << " request " << i << " token " << j;
+    }
+  }
+  EXPECT_GE(same, total * 9 / 10) << row << ": " << same << " of " << total;
+}
+
+TEST(SchedulerAdapters, PromptCacheKeepsAdaptersApartAndUnloadWaitsForUsers) {
+  const std::string row = "llama_lora_last1";
+  const fs::path dir = model_dir(row, "lora");
+  const fs::path a = test::data_path("lora/" + row) / "adapter";
+  LanguageModel base = LanguageModel::load(dir, {.exact = true});
+  base.load_adapter("a", a);
+  std::vector<Case> cases = make_cases(row_vocab(dir), 8, 4);
+  Case with_a = cases[0], plain = cases[0];
+  with_a.options.adapter = "a";
+  const Tokens want_plain = alone(base, plain);
+  Scheduler s(base, {.max_batch = 2, .prefill_step_size = 8});
+  const Outcome first = batched(s, {with_a})[0];
+  // The same prompt without the adapter: the adapter's cache must not serve it.
+  const Outcome second = batched(s, {plain})[0];
+  EXPECT_EQ(second.result.cached_tokens, 0u);
+  EXPECT_EQ(second.tokens, want_plain);
+  EXPECT_NE(first.tokens, second.tokens);
+  const Outcome third = batched(s, {with_a})[0];
+  EXPECT_EQ(third.result.cached_tokens, with_a.prompt.size() - 1);
+  EXPECT_EQ(third.tokens, first.tokens);
+
+  // A running row holds its adapter: unloading it fails until the row ends.
+  std::promise<StreamResult> done;
+  std::promise<void> started;
+  std::atomic<bool> once{false};
+  StreamRequest r = request(cases[1].prompt, 100000, done);
+  r.options.adapter = "a";
+  uint64_t id = 0;
+  r.on_token = [&](const StreamToken&) {
+    if (!once.exchange(true)) started.set_value();
+    return true;
+  };
+  id = s.submit(std::move(r));
+  started.get_future().wait();
+  try {
+    s.run([&] { base.unload_adapter("a"); });
+    ADD_FAILURE() << "unload of an adapter in use succeeded";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("in use"), std::string::npos) << e.what();
+  }
+  s.cancel(id);
+  EXPECT_EQ(done.get_future().get().finish_reason, "cancelled");
+  s.run([&] { base.unload_adapter("a"); });
+  EXPECT_FALSE(base.has_adapter("a"));
+  // Unknown adapters are refused at submit, naming the adapter.
+  std::promise<StreamResult> d;
+  StreamRequest bad = request({1, 2, 3}, 2, d);
+  bad.options.adapter = "a";
+  try {
+    s.submit(std::move(bad));
+    ADD_FAILURE() << "submit with an unknown adapter succeeded";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("unknown adapter 'a'"), std::string::npos) << e.what();
+  }
+}
+
+TEST(SchedulerAdapters, BadAdaptersAreRefusedNamingTheProblem) {
+  const fs::path dir = model_dir("llama_dora", "lora");
+  LanguageModel base = LanguageModel::load(dir, {.exact = true});
+  auto message = [&](const std::string& name, const fs::path& path) {
+    try {
+      base.load_adapter(name, path);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message("d", test::data_path("lora/llama_dora") / "adapter").find("expected lora"),
+            std::string::npos);
+  EXPECT_NE(message("x", scratch() / "missing").find("does not exist"), std::string::npos);
+  // An adapter made for another model: shapes named.
+  EXPECT_NE(message("q", test::data_path("lora/qwen3_q8_lora") / "adapter").find("shape"),
+            std::string::npos);
+  EXPECT_TRUE(base.adapters().empty());
+  // Expert (SwitchLinear) adapters are not routed per row: refused, pointing at --adapter-path.
+  LanguageModel moe =
+      LanguageModel::load(model_dir("gemma4_moe_f32_lora", "lora"), {.exact = true});
+  try {
+    moe.load_adapter("m", test::data_path("lora/gemma4_moe_f32_lora") / "adapter");
+    ADD_FAILURE() << "an expert adapter loaded per request";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("MoE expert layers"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(moe.adapters().empty());
 }
 
 }  // namespace
