@@ -17,6 +17,7 @@
 namespace lmx {
 
 std::string version();
+class LanguageModel;
 // "cpu" or "cuda (<device name>)": what MLX runs on in this build.
 std::string backend_description();
 
@@ -89,6 +90,30 @@ struct GenerateOptions {
   // A LoRA adapter loaded with LanguageModel::load_adapter, by name; empty: the base model (with
   // LoadOptions::adapter_path's adapter, which is part of the loaded weights).
   std::string adapter;
+  // Speculative decoding (docs/speculative.md): up to num_draft_tokens proposed tokens are
+  // verified in one forward; greedy output is unchanged, sampled output keeps this model's
+  // distribution (rejection sampling). Proposals come from draft_model (same vocabulary, loaded
+  // by the caller) or, with prompt_lookup = N > 0, from the continuation of the latest earlier
+  // occurrence of the last n-gram (n = N..1) of prompt + output. Not with processors or a
+  // constraint.
+  std::shared_ptr<LanguageModel> draft_model;  // null: none
+  int num_draft_tokens = 3;                    // K, mlx-lm's default
+  int prompt_lookup = 0;                       // 0: off
+  bool speculative() const { return draft_model != nullptr || prompt_lookup > 0; }
+};
+
+// Speculative decoding's counts: a round is one verifying forward of the target.
+struct SpeculativeStats {
+  int rounds = 0;
+  int drafted = 0;   // tokens proposed
+  int accepted = 0;  // proposed tokens the target kept
+  double acceptance_rate() const {
+    return drafted > 0 ? static_cast<double>(accepted) / drafted : 0;
+  }
+  // Tokens per target forward: accepted proposals plus the one the target adds (>= 1).
+  double mean_accepted_length() const {
+    return rounds > 0 ? static_cast<double>(accepted + rounds) / rounds : 0;
+  }
 };
 
 struct GenerationStats {
@@ -99,6 +124,7 @@ struct GenerationStats {
   size_t peak_memory = 0;         // bytes, MLX's peak
   size_t kv_bytes = 0;            // the KV cache at the end, allocated bytes
   double kv_bytes_per_token = 0;  // what one more cached token costs, all layers together
+  SpeculativeStats speculative;   // zeros without speculation
   double prompt_tps() const { return prompt_seconds > 0 ? prompt_tokens / prompt_seconds : 0; }
   // mlx-lm's convention: tokens over the time since the first token was ready.
   double generation_tps() const {

@@ -37,6 +37,15 @@ class RotatingCacheBase : public KVCacheBase {
   int idx() const { return idx_; }  // the next write position in the ring
   // Rows of the last multi-token write still in the buffer (what trim(n, true) may drop).
   int rollback_rows() const { return rollback_; }
+  // The whole state, restorable later on this cache: what a speculative draft rolls back to once
+  // single-token writes have wrapped the ring (trim cannot undo those). The arrays are immutable,
+  // so this copies no data.
+  struct Snapshot {
+    std::vector<mx::array> data;
+    int offset = 0, idx = 0, rollback = 0;
+  };
+  Snapshot snapshot() const { return {data_, offset_, idx_, rollback_}; }
+  void restore(Snapshot s) { set_ring(std::move(s.data), s.offset, s.idx, s.rollback); }
 
  protected:
   // Writes rows (the same parts layout as stored) and returns the active parts.

@@ -1,8 +1,10 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <fstream>
 #include <future>
 #include <random>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -51,12 +53,14 @@ struct BenchResult {
 
 // Like mlx_lm.benchmark: a random prompt of prompt_tokens ids, then gen_tokens decode steps that
 // ignore EOS; the mean over trials after one warm-up run.
+// A non-empty `text_prompt` replaces the random ids (speculation needs text worth predicting).
 BenchResult bench_one(LanguageModel& model, GenerateOptions opt, int prompt_tokens, int gen_tokens,
-                      int trials, uint32_t seed) {
+                      int trials, uint32_t seed, const std::vector<int>& text_prompt = {}) {
   std::mt19937 rng(seed);
   std::uniform_int_distribution<int> dist(0, model.vocab_size() - 1);
   std::vector<int> prompt(prompt_tokens);
   for (int& t : prompt) t = dist(rng);
+  if (!text_prompt.empty()) prompt = text_prompt;
   opt.max_tokens = gen_tokens;
   opt.ignore_eos = true;
   auto run = [&] { return model.generate(prompt, opt, [](const TokenOutput&) { return true; }); };
@@ -93,6 +97,17 @@ void print_result(const std::string& dir, const LanguageModel& model, const Gene
               {"kv_config_layers", per_layer.size()},
               {"kv_bytes", r.last.kv_bytes},
               {"kv_bytes_per_token", r.last.kv_bytes_per_token}};
+    if (opt.speculative()) {
+      const SpeculativeStats& s = r.last.speculative;
+      j["speculative"] = {{"proposer", opt.draft_model ? "draft_model" : "prompt_lookup"},
+                          {"num_draft_tokens", opt.num_draft_tokens},
+                          {"prompt_lookup", opt.prompt_lookup},
+                          {"rounds", s.rounds},
+                          {"drafted", s.drafted},
+                          {"accepted", s.accepted},
+                          {"acceptance_rate", s.acceptance_rate()},
+                          {"mean_accepted_length", s.mean_accepted_length()}};
+    }
     std::printf("%s\n", j.dump().c_str());
   } else {
     std::printf("backend: %s\ntier: %s\nmodel: %s (%s)\n", backend_description().c_str(),
@@ -110,6 +125,8 @@ void print_result(const std::string& dir, const LanguageModel& model, const Gene
     if (!per_layer.empty()) kv += ", " + std::to_string(per_layer.size()) + " layers by kv_config";
     std::printf("kv cache: %.3f MB, %.1f bytes per token (%s)\n", r.last.kv_bytes / 1e6,
                 r.last.kv_bytes_per_token, kv.c_str());
+    if (opt.speculative())
+      std::printf("%s (last trial)\n", speculative_summary(opt, r.last.speculative).c_str());
   }
 }
 
@@ -213,6 +230,9 @@ int cmd_bench(const Args& args) {
       {"prefill-step-size", "with --concurrency: prompt tokens a joiner prefills per step", false,
        "N", "512"},
       {"seed", "seed of the random prompt", false, "S", "0"},
+      {"prompt-file",
+       "the prompt is this file's text instead of random ids (--prompt-tokens ignored)", false,
+       "FILE"},
       {"json", "print one JSON line instead of text", true},
       {"exact", "tier L1: stock MLX ops, bit-exact with mlx-lm (default: the fast tier L3)", true},
       adapter_path_flag(),
@@ -220,6 +240,7 @@ int cmd_bench(const Args& args) {
   };
   for (auto& spec : kv_cache_flags()) specs.push_back(spec);
   for (auto& spec : tensor_parallel_flags()) specs.push_back(spec);
+  for (auto& spec : speculative_flags()) specs.push_back(spec);
   Flags f("bench", "Measure prompt (prefill) and decode speed, peak memory and KV cache size.",
           specs);
   if (!f.parse(args)) {
@@ -248,8 +269,22 @@ int cmd_bench(const Args& args) {
   GenerateOptions opt;
   set_kv_cache_options(f, model, opt);
   const auto seed = static_cast<uint32_t>(f.integer("seed", 0));
+  set_speculative_options(f, model, f.on("exact"), opt);
+  std::vector<int> text_prompt;
+  if (f.has("prompt-file")) {
+    std::ifstream in(f.str("prompt-file"));
+    check(in.good(), "lmx bench", "cannot read --prompt-file '", f.str("prompt-file"), "'");
+    std::stringstream ss;
+    ss << in.rdbuf();
+    text_prompt = model.encode(ss.str());
+    check(!text_prompt.empty(), "lmx bench", "--prompt-file '", f.str("prompt-file"),
+          "' has no tokens");
+  }
   if (f.has("concurrency")) {
     check(tp == 1, "lmx bench", "--concurrency runs one process, expected no --tp");
+    check(!opt.speculative(), "lmx bench",
+          "--concurrency runs the scheduler, which does not speculate yet; drop --draft-model / "
+          "--prompt-lookup");
     const int step = f.integer("prefill-step-size", 512);
     check(step > 0, "lmx bench", "--prefill-step-size must be > 0, got ", step);
     bench_concurrent(model, opt, 1, std::min(prompt_tokens, 16), 8, seed, step);  // warm-up
@@ -282,8 +317,9 @@ int cmd_bench(const Args& args) {
     return 0;
   }
   for (const auto& [p, g] : runs) {
-    const BenchResult r = bench_one(model, opt, p, g, trials, seed);
-    print_result(dir, model, opt, p, g, r, as_json, tp, f.str("adapter-path"));
+    const BenchResult r = bench_one(model, opt, p, g, trials, seed, text_prompt);
+    const int prompt_len = text_prompt.empty() ? p : static_cast<int>(text_prompt.size());
+    print_result(dir, model, opt, prompt_len, g, r, as_json, tp, f.str("adapter-path"));
   }
   return 0;
 }

@@ -41,6 +41,7 @@ int cmd_chat(const Args& args) {
   Flags f("chat", "Chat with a model in the terminal: streaming answers, multi-turn history.",
           specs);
   for (auto& spec : kv_cache_flags()) f.add(spec);
+  for (auto& spec : speculative_flags()) f.add(spec);
   f.add({"system", "system prompt", false, "TEXT"});
   f.add({"chat-template", "chat template (a file, or the template text) instead of the model's",
          false, "T"});
@@ -54,7 +55,7 @@ int cmd_chat(const Args& args) {
     std::fputs(f.usage().c_str(), stdout);
     return 0;
   }
-  const GenerateOptions opt = generate_options(f);
+  GenerateOptions opt = generate_options(f);
   const std::string dir = resolve_model_flag(f);
   check(std::filesystem::is_directory(dir), "chat", "model directory '", dir, "' does not exist");
   const chat::ChatTemplate tmpl = chat::load_chat_template(dir, f.str("chat-template"));
@@ -70,6 +71,7 @@ int cmd_chat(const Args& args) {
   }
   LanguageModel model =
       LanguageModel::load(dir, {.exact = f.on("exact"), .adapter_path = adapter_path(f)});
+  set_speculative_options(f, model, f.on("exact"), opt);
   Session session(model);
   std::string system = f.str("system");
   chat::ojson history = chat::ojson::array();
@@ -136,6 +138,8 @@ int cmd_chat(const Args& args) {
                    "%.3f s; generation: %d tokens, %.1f tok/s]\n",
                    ids.size(), session.reused_tokens(), st.prompt_tokens, st.prompt_seconds,
                    st.generation_tokens, st.generation_tps());
+    if (f.on("verbose") && opt.speculative())
+      std::fprintf(stderr, "[%s]\n", speculative_summary(opt, st.speculative).c_str());
   }
 }
 

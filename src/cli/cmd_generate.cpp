@@ -82,6 +82,53 @@ GenerateOptions generate_options(const Flags& f) {
   return o;
 }
 
+std::vector<FlagSpec> speculative_flags() {
+  return {
+      {"draft-model", "speculative decoding: a draft model of the same vocabulary", false,
+       "DIR|REPO"},
+      {"num-draft-tokens", "tokens proposed per verification (draft model or prompt lookup)", false,
+       "K", "3"},
+      {"prompt-lookup",
+       "speculative decoding without a draft: propose what followed the last N-gram (N..1) "
+       "earlier in prompt + output",
+       false, "N", "off"},
+  };
+}
+
+void set_speculative_options(const Flags& f, const LanguageModel& model, bool exact,
+                             GenerateOptions& o) {
+  o.num_draft_tokens = f.integer("num-draft-tokens", 3);
+  o.prompt_lookup = f.integer("prompt-lookup", 0);
+  const bool spec = f.has("draft-model") || f.has("prompt-lookup");
+  check(!f.has("num-draft-tokens") || spec, "lmx",
+        "--num-draft-tokens needs --draft-model or --prompt-lookup");
+  check(o.num_draft_tokens >= 1, "lmx", "--num-draft-tokens must be >= 1, got ",
+        o.num_draft_tokens);
+  check(!f.has("prompt-lookup") || o.prompt_lookup >= 1, "lmx",
+        "--prompt-lookup must be >= 1, got ", o.prompt_lookup);
+  check(!(f.has("draft-model") && f.has("prompt-lookup")), "lmx",
+        "--draft-model and --prompt-lookup were both given, expected one");
+  if (!f.has("draft-model")) return;
+  const std::string dir = resolve_model_flag(f, "draft-model");
+  check(std::filesystem::is_directory(dir), "lmx", "--draft-model '", dir,
+        "' is not a model directory");
+  o.draft_model = std::make_shared<LanguageModel>(LanguageModel::load(dir, {.exact = exact}));
+  check(o.draft_model->vocab_size() == model.vocab_size(), "lmx",
+        "the draft model's vocabulary has ", o.draft_model->vocab_size(),
+        " tokens, the model's has ", model.vocab_size(), ", expected the same vocabulary");
+}
+
+std::string speculative_summary(const GenerateOptions& o, const SpeculativeStats& s) {
+  if (!o.speculative()) return "";
+  char buf[256];
+  std::snprintf(buf, sizeof buf,
+                "speculative (%s, K=%d): %d rounds, %d drafted, %d accepted (%.1f%%), mean "
+                "accepted length %.2f tokens per target forward",
+                o.draft_model ? "draft model" : "prompt lookup", o.num_draft_tokens, s.rounds,
+                s.drafted, s.accepted, 100.0 * s.acceptance_rate(), s.mean_accepted_length());
+  return buf;
+}
+
 std::string prompt_text(const Flags& f) {
   std::string p = f.required("prompt");
   if (p == "-") {
@@ -129,6 +176,7 @@ int cmd_generate(const Args& args) {
           sampling_flags());
   for (auto& spec : kv_cache_flags()) f.add(spec);
   for (auto& spec : tensor_parallel_flags()) f.add(spec);
+  for (auto& spec : speculative_flags()) f.add(spec);
   f.add({"verbose", "print speed and memory statistics to standard error", true});
   f.add({"json-schema", "constrain the output to JSON valid against this schema file", false,
          "FILE"});
@@ -151,6 +199,7 @@ int cmd_generate(const Args& args) {
   // standard output).
   const bool report = tensor_parallel_rank().value_or(0) == 0;
   set_kv_cache_options(f, model, opt);
+  set_speculative_options(f, model, f.on("exact"), opt);
   if (f.has("json-schema")) {
     std::ifstream in(f.str("json-schema"));
     check(in.good(), "lmx generate", "cannot read --json-schema '", f.str("json-schema"), "'");
@@ -176,6 +225,8 @@ int cmd_generate(const Args& args) {
                  "kv cache: %.3f MB, %.1f bytes per token\n",
                  st.prompt_tokens, st.prompt_tps(), st.generation_tokens, st.generation_tps(),
                  st.peak_memory / 1e9, st.kv_bytes / 1e6, st.kv_bytes_per_token);
+    if (opt.speculative())
+      std::fprintf(stderr, "%s\n", speculative_summary(opt, st.speculative).c_str());
   }
   return 0;
 }

@@ -37,6 +37,14 @@ int tensor_parallel_size(const Flags& flags);
 // launch_ranks) and returns true once all exited 0. False in a rank or without --tp.
 bool launched_ranks(const Flags& flags, const std::string& command, const Args& args,
                     const std::string& prompt = "");
+// mlx-lm's --draft-model DIR --num-draft-tokens K, and --prompt-lookup N (generate, chat, bench).
+std::vector<FlagSpec> speculative_flags();
+// Loads the draft model (same tier as the target) and sets the speculative options; checks K
+// and that both proposers are not given.
+void set_speculative_options(const Flags& flags, const LanguageModel& model, bool exact,
+                             GenerateOptions& options);
+// "speculative: R rounds, D drafted, A accepted (X%), mean accepted length L", or "" without.
+std::string speculative_summary(const GenerateOptions& options, const SpeculativeStats& s);
 int cmd_convert(const Args& args);
 int cmd_bench(const Args& args);
 int cmd_chat(const Args& args);

@@ -11,6 +11,7 @@
 #include "engine/tensor_parallel.h"
 #include "engine/vocab.h"
 #include "generate/generate.h"
+#include "generate/speculative.h"
 #include "hub/hub.h"
 #include "kernels/cpu/qmm.h"
 #include "kernels/cpu/thread_pool.h"
@@ -243,12 +244,17 @@ void validate_request(const LanguageModel& model, const std::vector<int>& prompt
   for (int t : prompt)
     check(t >= 0 && t < vocab, "generate", "token id ", t, " is outside the vocabulary of ", vocab);
   validate(options.sampler, vocab);
+  if (options.draft_model) {
+    const int draft = options.draft_model->vocab_size();
+    check(draft == vocab, "speculative", "the draft model's vocabulary has ", draft,
+          " tokens, the model's has ", vocab, ", expected the same vocabulary");
+  }
 }
 
 GenerationStats stream_generate(LanguageModel::Impl& impl, Cache& cache,
                                 const std::vector<int>& prompt, const GenerateOptions& options,
                                 const std::function<bool(const TokenOutput&)>& on_token,
-                                std::vector<int>* generated) {
+                                std::vector<int>* generated, const std::vector<int>& context) {
   StreamingDetokenizer detok(impl.tokenizer);
   std::string text;
   bool stopped = false;
@@ -257,14 +263,23 @@ GenerationStats stream_generate(LanguageModel::Impl& impl, Cache& cache,
   // Every forward of this generation is one row with this adapter.
   AdapterHold hold(impl, options.adapter);
   nn::RouteGuard route(hold.slot() >= 0 ? impl.router() : nullptr, {hold.slot()});
-  GenerationStats stats =
-      lmx::generate(*impl.loaded.model, cache, prompt, opt,
-                    options.ignore_eos ? std::vector<int>{} : impl.eos, [&](const Step& s) {
-                      if (generated) generated->push_back(s.token);
-                      text = detok.add(s.token);
-                      stopped = !on_token(TokenOutput{s.token, text});
-                      return !stopped;
-                    });
+  const std::vector<int> eos = options.ignore_eos ? std::vector<int>{} : impl.eos;
+  auto step = [&](const Step& s) {
+    if (generated) generated->push_back(s.token);
+    text = detok.add(s.token);
+    stopped = !on_token(TokenOutput{s.token, text});
+    return !stopped;
+  };
+  GenerationStats stats;
+  if (opt.speculative()) {
+    Drafter drafter;
+    if (opt.draft_model) drafter.model = opt.draft_model->impl().loaded.model.get();
+    drafter.prompt_lookup = opt.prompt_lookup;
+    stats =
+        speculative_generate(*impl.loaded.model, cache, context, prompt, opt, drafter, eos, step);
+  } else {
+    stats = lmx::generate(*impl.loaded.model, cache, prompt, opt, eos, step);
+  }
   if (!stopped) {
     text = detok.finalize();
     if (!text.empty()) on_token(TokenOutput{-1, text});

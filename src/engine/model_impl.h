@@ -56,11 +56,12 @@ class AdapterHold {
 void validate_request(const LanguageModel& model, const std::vector<int>& prompt,
                       const GenerateOptions& options);
 
-// Generates from `prompt` continuing `cache`, streaming detokenized text; appends every sampled
-// token that reached `on_token` to `generated` when given.
+// Generates from `prompt` continuing `cache`, which holds `context` (what speculation's draft
+// model and prompt lookup read too), streaming detokenized text; appends every sampled token
+// that reached `on_token` to `generated` when given.
 GenerationStats stream_generate(LanguageModel::Impl& impl, Cache& cache,
                                 const std::vector<int>& prompt, const GenerateOptions& options,
                                 const std::function<bool(const TokenOutput&)>& on_token,
-                                std::vector<int>* generated);
+                                std::vector<int>* generated, const std::vector<int>& context = {});
 
 }  // namespace lmx

@@ -55,7 +55,10 @@ GenerationStats Session::generate(const std::vector<int>& prompt, const Generate
   std::vector<int> tokens(prompt.begin(), prompt.end());
   const std::vector<int> suffix(prompt.begin() + static_cast<std::ptrdiff_t>(keep), prompt.end());
   std::vector<int> generated;
-  GenerationStats stats = stream_generate(*s.impl, cache, suffix, options, on_token, &generated);
+  const std::vector<int> context(prompt.begin(),
+                                 prompt.begin() + static_cast<std::ptrdiff_t>(keep));
+  GenerationStats stats =
+      stream_generate(*s.impl, cache, suffix, options, on_token, &generated, context);
   tokens.insert(tokens.end(), generated.begin(), generated.end());
   // The cache may hold one token more than was returned (the step queued ahead), or fewer.
   const int offset = cache.empty() ? 0 : cache.front()->offset();

@@ -86,15 +86,31 @@ mx::array apply_top_k(const mx::array& logprobs, int top_k) {
   return mx::put_along_axis(logprobs, idx, mx::array(-kInf, logprobs.dtype()), -1);
 }
 
-mx::array sample(const mx::array& logprobs, const SamplerOptions& o,
-                 const std::optional<mx::array>& key) {
-  if (o.temp == 0) return mx::argmax(logprobs, -1);
+namespace {
+// The logits categorical sampling draws from: the filters, then logits * (1 / temp), the factor
+// computed in double as Python does.
+mx::array sampling_logits(const mx::array& logprobs, const SamplerOptions& o) {
   mx::array x = logprobs;
   if (o.top_p > 0 && o.top_p < 1) x = apply_top_p(x, o.top_p);
   if (o.min_p != 0) x = apply_min_p(x, o.min_p, o.min_tokens_to_keep);
   if (o.top_k > 0) x = apply_top_k(x, o.top_k);
-  // categorical_sampling: logits * (1 / temp), the factor computed in double as Python does.
-  return mx::random::categorical(mx::multiply(x, weak(1.0 / o.temp, x)), -1, key);
+  return mx::multiply(x, weak(1.0 / o.temp, x));
+}
+}  // namespace
+
+mx::array sample(const mx::array& logprobs, const SamplerOptions& o,
+                 const std::optional<mx::array>& key) {
+  if (o.temp == 0) return mx::argmax(logprobs, -1);
+  return mx::random::categorical(sampling_logits(logprobs, o), -1, key);
+}
+
+mx::array sampling_distribution(const mx::array& logprobs, const SamplerOptions& o) {
+  if (o.temp == 0) {
+    const int V = logprobs.shape(-1);
+    mx::array top = mx::expand_dims(mx::argmax(logprobs, -1), -1);
+    return mx::astype(mx::equal(mx::arange(V), top), mx::float32);
+  }
+  return mx::softmax(mx::astype(sampling_logits(logprobs, o), mx::float32), -1, /*precise=*/true);
 }
 
 mx::array process_logits(const mx::array& tokens, mx::array logits,

@@ -21,6 +21,10 @@ void validate(const LogitsProcessorOptions& o);
 mx::array sample(const mx::array& logprobs, const SamplerOptions& o,
                  const std::optional<mx::array>& key = std::nullopt);
 
+// The distribution sample() draws from, (B, V) float32: one-hot at the argmax for temp 0, else
+// softmax of the filtered logprobs over temp (what rejection sampling compares).
+mx::array sampling_distribution(const mx::array& logprobs, const SamplerOptions& o);
+
 mx::array apply_top_p(const mx::array& logprobs, float top_p);
 mx::array apply_min_p(const mx::array& logprobs, float min_p, int min_tokens_to_keep);
 mx::array apply_top_k(const mx::array& logprobs, int top_k);

@@ -1,0 +1,307 @@
+#include "generate/speculative.h"
+
+#include <algorithm>
+
+#include "cache/quantized_kv_cache.h"
+#include "cache/rotating_kv_cache.h"
+#include "core/error.h"
+#include "kernels/cpu/log_softmax.h"
+
+namespace lmx {
+
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+double seconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+mx::array int_array(const std::vector<int>& v) {
+  return mx::array(v.data(), {static_cast<int>(v.size())}, mx::int32);
+}
+
+std::vector<int> to_host(const mx::array& a) {
+  mx::array i = mx::astype(a, mx::int32);
+  mx::eval(i);
+  return std::vector<int>(i.data<int32_t>(), i.data<int32_t>() + i.size());
+}
+
+// (N,) tokens -> (N, V) one-hot rows: the proposal distribution of a deterministic proposer.
+mx::array one_hot(const mx::array& tokens, int V) {
+  return mx::astype(mx::equal(mx::expand_dims(mx::arange(V), 0), mx::expand_dims(tokens, 1)),
+                    mx::float32);
+}
+
+// Prefills all but the last of `tokens` into `cache`, as TokenGenerator does.
+void prefill(Model& model, Cache& cache, const std::vector<int>& tokens,
+             const GenerateOptions& opt) {
+  mx::array t = int_array(tokens);
+  std::optional<mx::array> history;  // no processors with speculation
+  const int total = static_cast<int>(tokens.size());
+  int done = 0;
+  while (total - done > 1) {
+    const int n = std::min(opt.prefill_step_size, total - done - 1);
+    prefill_chunk(mx::expand_dims(mx::slice(t, {done}, {done + n}), 0), cache, opt, history,
+                  [&](const mx::array& c) { return model(c, cache); });
+    done += n;
+  }
+}
+
+}  // namespace
+
+std::vector<int> prompt_lookup(const std::vector<int>& tokens, int max_ngram, int k) {
+  const int T = static_cast<int>(tokens.size());
+  if (k <= 0) return {};
+  for (int n = std::min(max_ngram, T - 1); n >= 1; --n) {
+    // The latest start s < T - n whose n tokens equal the last n.
+    for (int s = T - n - 1; s >= 0; --s) {
+      if (!std::equal(tokens.begin() + s, tokens.begin() + s + n, tokens.end() - n)) continue;
+      const int from = s + n, to = std::min(T, from + k);
+      return std::vector<int>(tokens.begin() + from, tokens.begin() + to);
+    }
+  }
+  return {};
+}
+
+mx::array acceptance_probability(const mx::array& p, const mx::array& q, const mx::array& draft) {
+  mx::array idx = mx::expand_dims(mx::astype(draft, mx::int32), 1);
+  mx::array pd = mx::squeeze(mx::take_along_axis(p, idx, 1), 1);
+  mx::array qd = mx::squeeze(mx::take_along_axis(q, idx, 1), 1);
+  // q(d) > 0 for a token the proposer drew; the guard keeps a 0/0 out of the graph.
+  return mx::minimum(mx::array(1.0f), mx::divide(pd, mx::maximum(qd, mx::array(1e-30f))));
+}
+
+mx::array residual_distribution(const mx::array& p, const mx::array& q) {
+  mx::array r = mx::maximum(mx::subtract(p, q), mx::array(0.0f));
+  mx::array total = mx::sum(r, -1, /*keepdims=*/true);
+  mx::array empty = mx::less_equal(total, mx::array(0.0f));
+  return mx::where(empty, p, mx::divide(r, mx::where(empty, mx::array(1.0f), total)));
+}
+
+SampledVerdict verify_sampled(const mx::array& p, const mx::array& q, const mx::array& draft) {
+  const int N = q.shape(0), V = p.shape(1);
+  mx::array pn = mx::slice(p, {0, 0}, {N, V});
+  mx::array u = mx::random::uniform({N});
+  mx::array accept = mx::less(u, acceptance_probability(pn, q, draft));
+  mx::array resampled = mx::random::categorical(mx::log(residual_distribution(pn, q)), -1);
+  mx::array bonus =
+      mx::random::categorical(mx::log(mx::reshape(mx::slice(p, {N, 0}, {N + 1, V}), {V})), -1);
+  return {accept, resampled, bonus};
+}
+
+void validate_speculative(const GenerateOptions& opt, const Cache& cache, const char* which) {
+  check(opt.num_draft_tokens >= 1, "speculative", "num_draft_tokens must be >= 1, got ",
+        opt.num_draft_tokens);
+  check(opt.prompt_lookup >= 0, "speculative", "prompt_lookup must be >= 0 (0: off), got ",
+        opt.prompt_lookup);
+  check(!(opt.draft_model && opt.prompt_lookup > 0), "speculative",
+        "a draft model and prompt lookup were both given, expected one of them");
+  check(!opt.processors.any(), "speculative",
+        "logits processors (logit bias, repetition/presence/frequency penalties) are not "
+        "supported with speculative decoding");
+  check(!opt.constraint, "speculative",
+        "a token constraint (JSON schema) is not supported with speculative decoding");
+  for (size_t i = 0; i < cache.size(); ++i) {
+    const KVCacheBase* c = cache[i].get();
+    check(dynamic_cast<const KVCache*>(c) || dynamic_cast<const QuantizedKVCache*>(c) ||
+              dynamic_cast<const RotatingCacheBase*>(c),
+          "speculative", "the ", which, "'s cache layer ", i,
+          " cannot be rolled back, expected a KVCache, QuantizedKVCache or rotating cache");
+  }
+}
+
+SpeculativeGenerator::SpeculativeGenerator(Model& model, Cache& cache,
+                                           const std::vector<int>& context, std::vector<int> prompt,
+                                           GenerateOptions options, Drafter drafter)
+    : model_(model), cache_(cache), opt_(std::move(options)), drafter_(drafter) {
+  check(!prompt.empty(), "generate", "the prompt is empty, expected at least one token");
+  check(drafter_.model || drafter_.prompt_lookup > 0, "speculative",
+        "no proposer, expected a draft model or prompt_lookup > 0");
+  validate_generation(opt_, static_cast<int>(cache_.size()));
+  validate_speculative(opt_, cache_, "model");
+  // The draft quantizes its KV cache as the target does; the target's per-layer kv_config is
+  // the target's alone.
+  draft_opt_ = opt_;
+  draft_opt_.kv_config = std::vector<KVLayerBits>{};
+  if (opt_.seed) mx::random::seed(*opt_.seed);
+  start_ = Clock::now();
+  stats_.prompt_tokens = static_cast<int>(prompt.size());
+
+  history_ = context;
+  history_.insert(history_.end(), prompt.begin(), prompt.end());
+  prefill(model_, cache_, prompt, opt_);
+  if (drafter_.model) {
+    draft_cache_ = drafter_.model->make_cache();
+    validate_speculative(opt_, draft_cache_, "draft model");
+    prefill(*drafter_.model, draft_cache_, history_, draft_opt_);
+    draft_pending_ = {history_.back()};
+  }
+  y_ = history_.back();
+}
+
+SpeculativeGenerator::~SpeculativeGenerator() {
+  try {
+    mx::synchronize();
+  } catch (...) {  // a failed round has nothing left to wait for
+  }
+}
+
+mx::array SpeculativeGenerator::log_probs(const Model& m, const mx::array& logits) const {
+  return m.cpu_kernels() ? kernels::cpu::log_softmax(logits)
+                         : mx::subtract(logits, mx::logsumexp(logits, -1, /*keepdims=*/true));
+}
+
+void SpeculativeGenerator::round() {
+  const int budget = std::min(opt_.num_draft_tokens, opt_.max_tokens - n_);
+  const bool greedy = opt_.sampler.temp == 0;
+  int k = 0, draft_fed = 0;
+  std::optional<mx::array> draft, q;
+  std::optional<int> draft_vocab;
+  // The draft's rotating layers as they were before this round, for a rollback trim cannot do.
+  std::vector<std::pair<const KVCacheBase*, RotatingCacheBase::Snapshot>> snaps;
+  const std::vector<int> pending_before = draft_pending_;
+  if (drafter_.model) {
+    for (auto& c : draft_cache_) {
+      auto* r = dynamic_cast<RotatingCacheBase*>(c.get());
+      snaps.emplace_back(c.get(), r ? r->snapshot() : RotatingCacheBase::Snapshot{});
+    }
+    // Each draft step is queued behind the previous one; nothing is read until verification.
+    mx::array in = int_array(draft_pending_);
+    std::vector<mx::array> ds, qs;
+    for (int i = 0; i < budget; ++i) {
+      mx::array logits = (*drafter_.model)(mx::expand_dims(in, 0), draft_cache_);
+      draft_fed += in.shape(0);
+      const int L = logits.shape(1), V = logits.shape(2);
+      draft_vocab = V;
+      logits = mx::reshape(mx::slice(logits, {0, L - 1, 0}, {1, L, V}), {1, V});
+      maybe_quantize_kv_cache(draft_cache_, draft_opt_);
+      mx::array lp = log_probs(*drafter_.model, logits);
+      mx::array d = mx::astype(sample(lp, opt_.sampler), mx::int32);
+      if (!greedy) qs.push_back(sampling_distribution(lp, opt_.sampler));
+      mx::async_eval(d);
+      ds.push_back(d);
+      in = d;
+    }
+    draft_fed -= 1;  // the last proposal is drafted, not fed
+    k = budget;
+    draft = mx::concatenate(ds);
+    if (!greedy) q = mx::concatenate(qs);
+  } else {
+    std::vector<int> proposal = prompt_lookup(history_, drafter_.prompt_lookup, budget);
+    k = static_cast<int>(proposal.size());
+    if (k > 0) draft = int_array(proposal);
+  }
+
+  mx::array input = int_array({y_});
+  if (k > 0) input = mx::concatenate({input, *draft});
+  mx::array logits = model_(mx::expand_dims(input, 0), cache_);
+  const int V = logits.shape(2);
+  check(!draft_vocab || *draft_vocab == V, "speculative", "the draft model's logits have ",
+        draft_vocab.value_or(0), " entries, the model's ", V,
+        ": the two must share one vocabulary");
+  maybe_quantize_kv_cache(cache_, opt_);
+  mx::array lp = log_probs(model_, mx::reshape(logits, {k + 1, V}));
+
+  int n = 0, token = 0;
+  std::vector<int> d;
+  if (greedy) {
+    mx::array t = mx::argmax(lp, -1);
+    if (draft) mx::async_eval({t, *draft});
+    const std::vector<int> th = to_host(t);
+    if (draft) d = to_host(*draft);
+    while (n < k && th[n] == d[n]) ++n;
+    token = th[n];
+  } else if (k == 0) {
+    token = to_host(sample(mx::slice(lp, {0, 0}, {1, V}), opt_.sampler))[0];
+  } else {
+    mx::array p = sampling_distribution(lp, opt_.sampler);
+    if (!q) q = one_hot(*draft, V);
+    SampledVerdict v = verify_sampled(p, *q, *draft);
+    mx::array accept = mx::astype(v.accept, mx::int32);
+    mx::async_eval({accept, v.resampled, v.bonus, *draft});
+    const std::vector<int> ah = to_host(accept), rh = to_host(v.resampled);
+    d = to_host(*draft);
+    while (n < k && ah[n]) ++n;
+    token = n < k ? rh[n] : to_host(v.bonus)[0];
+  }
+
+  for (int i = 0; i <= n; ++i) {
+    const int tok = i < n ? d[i] : token;
+    ready_.push_back(Step{tok, mx::reshape(mx::slice(lp, {i, 0}, {i + 1, V}), {V})});
+    history_.push_back(tok);
+  }
+  stats_.speculative.rounds += 1;
+  stats_.speculative.drafted += k;
+  stats_.speculative.accepted += n;
+
+  // The target keeps y and the accepted proposals; its last write held all k + 1.
+  if (k - n > 0)
+    for (auto& c : cache_) c->trim(k - n, /*bypass=*/true);
+  if (drafter_.model) {
+    // The draft was fed its pending tokens and proposals 0..k-2; it keeps those up to n - 1.
+    const int trim = std::max(k - 1 - n, 0);
+    bool trimmable = true;
+    for (auto& c : draft_cache_) trimmable = trimmable && c->is_trimmable();
+    if (trim == 0) {
+      draft_pending_ = n == k ? std::vector<int>{d[k - 1], token} : std::vector<int>{token};
+    } else if (trimmable) {
+      for (auto& c : draft_cache_) c->trim(trim);
+      draft_pending_ = {token};
+    } else {
+      // A wrapped ring lost rows to single-token writes: back to before the round, and the
+      // next round's first draft forward feeds everything since.
+      for (size_t i = 0; i < draft_cache_.size(); ++i) {
+        KVCacheBase* c = draft_cache_[i].get();
+        check(c == snaps[i].first, "speculative", "the draft's cache layer ", i,
+              " was replaced (quantized) in this round and cannot be rolled back");
+        if (auto* r = dynamic_cast<RotatingCacheBase*>(c))
+          r->restore(snaps[i].second);
+        else
+          c->trim(draft_fed);
+      }
+      draft_pending_ = pending_before;
+      draft_pending_.insert(draft_pending_.end(), d.begin(), d.begin() + n);
+      draft_pending_.push_back(token);
+    }
+  }
+  y_ = token;
+}
+
+std::optional<Step> SpeculativeGenerator::next() {
+  if (n_ >= opt_.max_tokens) return std::nullopt;
+  if (ready_.empty()) round();
+  if (!started_) {
+    started_ = true;
+    first_token_ = Clock::now();
+    stats_.prompt_seconds = seconds(start_, first_token_);
+  }
+  Step out = ready_.front();
+  ready_.pop_front();
+  ++n_;
+  stats_.generation_tokens = n_;
+  stats_.generation_seconds = seconds(first_token_, Clock::now());
+  stats_.peak_memory = mx::get_peak_memory();
+  if (n_ % 256 == 0) mx::clear_cache();
+  return out;
+}
+
+GenerationStats speculative_generate(Model& model, Cache& cache, const std::vector<int>& context,
+                                     const std::vector<int>& prompt, const GenerateOptions& options,
+                                     Drafter drafter, const std::vector<int>& eos_ids,
+                                     const std::function<bool(const Step&)>& on_token) {
+  SpeculativeGenerator gen(model, cache, context, prompt, options, drafter);
+  while (auto s = gen.next()) {
+    if (std::find(eos_ids.begin(), eos_ids.end(), s->token) != eos_ids.end()) break;
+    if (!on_token(*s)) break;
+  }
+  GenerationStats stats = gen.stats();
+  for (const auto& c : cache) {
+    stats.kv_bytes += c->nbytes();
+    if (c->capacity() > 0)
+      stats.kv_bytes_per_token += static_cast<double>(c->nbytes()) / c->capacity();
+  }
+  return stats;
+}
+
+}  // namespace lmx
