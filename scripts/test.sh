@@ -26,6 +26,8 @@ export LMX_TEST_DATA="$data"
 step() { echo "== $*"; }
 step "tiny random models and mlx-lm reference logits"
 "$py" scripts/gen_tiny_models.py "$data"
+step "speculative decoding: tiny target/draft pairs and mlx-lm's speculative tokens"
+"$py" scripts/gen_speculative.py "$data"
 step "tensor-parallel references (mlx-lm Model.shard under 2 ring processes)"
 "$py" scripts/gen_tp_fixtures.py "$data"
 step "Qwen3-Embedding reference embeddings"

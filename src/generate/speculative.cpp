@@ -186,7 +186,7 @@ void SpeculativeGenerator::round() {
     draft_fed -= 1;  // the last proposal is drafted, not fed
     k = budget;
     draft = mx::concatenate(ds);
-    if (!greedy) q = mx::concatenate(qs);
+    if (!greedy) q = mx::concatenate(qs, 0);  // (k, V); without an axis MLX flattens
   } else {
     std::vector<int> proposal = prompt_lookup(history_, drafter_.prompt_lookup, budget);
     k = static_cast<int>(proposal.size());
