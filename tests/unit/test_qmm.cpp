@@ -180,8 +180,8 @@ INSTANTIATE_TEST_SUITE_P(All, CpuIsa,
                                   (std::get<1>(p.param) ? "_int8" : "");
                          });
 
-// The int8 path (QmmI8Args) under each ISA that has a VNNI kernel: avx512 -> AVX512-VNNI,
-// avx2 -> AVX-VNNI.
+// The int8 path (QmmI8Args) under each ISA that has an int8 kernel: avx512 -> AVX512-VNNI,
+// avx2 -> AVX-VNNI, else AVX2's vpmaddubsw (4-bit weights).
 std::vector<kc::Isa> int8_isas() {
   std::vector<kc::Isa> out;
   for (kc::Isa i : {kc::Isa::avx512, kc::Isa::avx2})
@@ -214,7 +214,8 @@ class QmmInt8Layouts : public ::testing::TestWithParam<Layout> {};
 
 TEST_P(QmmInt8Layouts, MatchesInt8ArithmeticAndStaysWithinTheQuantizationBound) {
   const auto [bits, gs, sdt] = GetParam();
-  if (int8_isas().empty()) GTEST_SKIP() << "this CPU has neither AVX512-VNNI nor AVX-VNNI";
+  if (int8_isas().empty())
+    GTEST_SKIP() << "this CPU has no int8 kernel (AVX512-VNNI, AVX-VNNI or AVX2)";
   uint64_t seed = 100;
   // (M, N, K): decode rows, odd row counts around the 2-row and 4-row blocks, K with a 32-input
   // tail after the 64-input vectors (96, 160, 224), a wide decode layer (64-row tasks).
@@ -226,7 +227,12 @@ TEST_P(QmmInt8Layouts, MatchesInt8ArithmeticAndStaysWithinTheQuantizationBound) 
   const bool packing = kc::packing();
   std::vector<std::pair<kc::Isa, bool>> runs;
   for (bool pack : {false, true})
-    for (kc::Isa isa : int8_isas()) runs.emplace_back(isa, pack);
+    for (kc::Isa isa : int8_isas())
+      if (bits <= kc::int8_max_bits(isa)) runs.emplace_back(isa, pack);
+  if (runs.empty())
+    GTEST_SKIP() << "this CPU's int8 kernel (" << kc::int8_kernel_name(int8_isas().front())
+                 << ") takes weights up to " << kc::int8_max_bits(int8_isas().front()) << " bits; "
+                 << bits << "-bit ones take the float kernel";
   for (auto [isa, pack] : runs) {
     kc::set_packing(pack);
     for (auto [M, N, K] : shapes) {
@@ -291,7 +297,8 @@ INSTANTIATE_TEST_SUITE_P(All, QmmInt8Layouts,
 // The packed copy follows its weight, not its address: a weight whose buffer takes a freed
 // one's memory gets its own copy, and a weight that lives on keeps giving its own result.
 TEST(QmmInt8, PackedCopiesFollowTheirWeights) {
-  if (int8_isas().empty()) GTEST_SKIP() << "this CPU has neither AVX512-VNNI nor AVX-VNNI";
+  if (int8_isas().empty())
+    GTEST_SKIP() << "this CPU has no int8 kernel (AVX512-VNNI, AVX-VNNI or AVX2)";
   const int N = 48, K = 256, gs = 32;
   Quantized a = quantize(N, K, gs, 4, mx::float16, 1), b = quantize(N, K, gs, 4, mx::float16, 2);
   mx::eval(a.w, a.scales, a.biases, b.w, b.scales, b.biases);
@@ -330,6 +337,13 @@ TEST(QmmInt8, OtherWidthsAndLargeCallsUseTheFloatKernel) {
     };
     EXPECT_TRUE(mx::array_equal(run(q3, x, 3, kc::Int8Mode::all), run(q3, x, 3, kc::Int8Mode::off))
                     .item<bool>());
+    // 8-bit weights past the kernel's width (AVX2's int16 pair sums): the float kernel.
+    Quantized q8 = quantize(40, 256, 64, 8, mx::float32, 25);
+    const bool eight = kc::int8_max_bits(isa) >= 8;
+    EXPECT_EQ(mx::array_equal(run(q8, x, 8, kc::Int8Mode::all), run(q8, x, 8, kc::Int8Mode::off))
+                  .item<bool>(),
+              !eight)
+        << kc::int8_kernel_name(isa);
     // The default mode: int8 for every call on the packed layout; on MLX's layout for at most
     // kInt8MaxRows rows, the float kernel above.
     const bool packing = kc::packing();

@@ -113,6 +113,7 @@ QmmI8Kernel i8_kernel(Isa isa) {
   static const bool vnni256 = __builtin_cpu_supports("avxvnni");
   if (isa == Isa::avx512 && vnni512) return kernels_i8_avx512vnni();
   if ((isa == Isa::avx512 || isa == Isa::avx2) && vnni256) return kernels_i8_avxvnni();
+  if (isa == Isa::avx2) return kernels_i8_avx2();
 #else
   (void)isa;
 #endif
@@ -121,11 +122,9 @@ QmmI8Kernel i8_kernel(Isa isa) {
 
 }  // namespace
 
-std::string int8_kernel_name(Isa isa) {
-  const QmmI8Kernel k = i8_kernel(isa);
-  if (!k.rows) return "";
-  return k.chunk == 64 ? "avx512vnni" : "avxvnni";
-}
+std::string int8_kernel_name(Isa isa) { return i8_kernel(isa).name; }
+
+int int8_max_bits(Isa isa) { return i8_kernel(isa).rows ? i8_kernel(isa).max_bits : 0; }
 
 bool int8_packed(Isa isa) { return i8_kernel(isa).packed_rows != nullptr && packing(); }
 
@@ -249,7 +248,8 @@ namespace {
 
 bool uses_int8(const QWeight& w, int M, Isa isa, Int8Mode int8) {
   const QmmI8Kernel k = i8_kernel(isa);
-  if ((w.bits != 4 && w.bits != 8) || !k.rows || int8 == Int8Mode::off) return false;
+  if ((w.bits != 4 && w.bits != 8) || w.bits > k.max_bits || !k.rows || int8 == Int8Mode::off)
+    return false;
   return int8 == Int8Mode::all || M <= kInt8MaxRows || (k.packed_rows && packing());
 }
 

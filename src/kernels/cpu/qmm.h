@@ -37,8 +37,10 @@ Int8Mode int8_mode();
 // set_packing overrides it for the calls that follow (tests, A/B runs).
 bool packing();
 void set_packing(bool on);
-// The VNNI kernel quantized matmuls under `isa` use: "avx512vnni", "avxvnni", or "" for none.
+// The int8 kernel quantized matmuls under `isa` use: "avx512vnni", "avxvnni", "avx2" (4-bit
+// weights only, vpmaddubsw), or "" for none.
 std::string int8_kernel_name(Isa isa);
+int int8_max_bits(Isa isa);  // the widest weights that kernel takes (0: none)
 // Whether that kernel runs on packed weight copies under `isa` (packing() and a kernel for them).
 bool int8_packed(Isa isa);
 

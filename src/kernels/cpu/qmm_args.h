@@ -102,10 +102,15 @@ struct QmmI8Kernel {
   QuantizeXFn quantize = nullptr;
   int chunk = 32;  // inputs per vector (64 with 512-bit registers; a 32 tail when K % 64)
   QmmI8PackedRowsFn packed_rows = nullptr;  // the packed layout's kernel, where there is one
+  // The widest weights it computes exactly: AVX2's vpmaddubsw sums two u8 x s8 products in
+  // int16, which 8-bit weights (255 * 127 * 2) overflow and 4-bit ones (15 * 127 * 2) do not.
+  int max_bits = 8;
+  const char* name = "";
 };
 
 QmmI8Kernel kernels_i8_avx512vnni();  // empty when not built for x86-64
 QmmI8Kernel kernels_i8_avxvnni();     // empty when not built for x86-64
+QmmI8Kernel kernels_i8_avx2();        // empty when not built for x86-64
 
 // The largest of x[0 .. n) (-inf for n = 0) and the sum of exp(x - max) over them (0 when the
 // max is -inf), summed lane-wise then across lanes: the same order for the same n.

@@ -8,8 +8,12 @@
 
 namespace lmx::kernels::cpu {
 QmmI8Kernel kernels_i8_avx512vnni() {
-  return {&i8_avx512vnni::qmm_i8_rows, &i8_avx512vnni::quantize_x, i8_avx512vnni::kChunk,
-          &i8_avx512vnni::qmm_i8_packed_rows};
+  return {&i8_avx512vnni::qmm_i8_rows,
+          &i8_avx512vnni::quantize_x,
+          i8_avx512vnni::kChunk,
+          &i8_avx512vnni::qmm_i8_packed_rows,
+          8,
+          "avx512vnni"};
 }
 }  // namespace lmx::kernels::cpu
 #else

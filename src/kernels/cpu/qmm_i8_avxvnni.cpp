@@ -8,7 +8,8 @@
 
 namespace lmx::kernels::cpu {
 QmmI8Kernel kernels_i8_avxvnni() {
-  return {&i8_avxvnni::qmm_i8_rows, &i8_avxvnni::quantize_x, i8_avxvnni::kChunk};
+  return {
+      &i8_avxvnni::qmm_i8_rows, &i8_avxvnni::quantize_x, i8_avxvnni::kChunk, nullptr, 8, "avxvnni"};
 }
 }  // namespace lmx::kernels::cpu
 #else

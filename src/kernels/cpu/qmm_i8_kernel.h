@@ -1,6 +1,7 @@
-// The int8-activation quantized matmul (QmmI8Args), compiled once per VNNI flavour:
-// qmm_i8_avx512vnni.cpp (512-bit vpdpbusd, 64 inputs per vector) and qmm_i8_avxvnni.cpp (the
-// VEX-encoded 256-bit vpdpbusd of AVX-VNNI, 32 inputs per vector). Like qmm_kernel.h it lives in
+// The int8-activation quantized matmul (QmmI8Args), compiled once per flavour:
+// qmm_i8_avx512vnni.cpp (512-bit vpdpbusd, 64 inputs per vector), qmm_i8_avxvnni.cpp (the
+// VEX-encoded 256-bit vpdpbusd of AVX-VNNI, 32 inputs per vector) and qmm_i8_avx2.cpp (vpdpbusd
+// as vpmaddubsw + vpmaddwd, 4-bit weights). Like qmm_kernel.h it lives in
 // the including file's namespace LMX_QMM_NS and includes no library headers.
 //
 // Per output row n, 32-input block j and weight group g(j): the u8 weights q (4-bit unpacked in
@@ -88,7 +89,13 @@ inline __m256i load_w32(const unsigned char* p) {
 
 // 128 * (w . x1) + w . x2 per int32 lane (4 inputs each).
 inline __m256i dp32(__m256i w, __m256i x1, __m256i x2) {
-#if defined(__AVX512F__)
+#if defined(LMX_I8_MADDUBS)
+  // 4-bit w: |w0 x0 + w1 x1| <= 15 * 128 * 2, inside int16, so exactly vpdpbusd's sums.
+  const __m256i ones = _mm256_set1_epi16(1);
+  const __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(w, x1), ones);
+  const __m256i p2 = _mm256_madd_epi16(_mm256_maddubs_epi16(w, x2), ones);
+  return _mm256_add_epi32(_mm256_slli_epi32(p1, 7), p2);
+#elif defined(__AVX512F__)
   const __m256i p = _mm256_slli_epi32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), w, x1), 7);
   return _mm256_dpbusd_epi32(p, w, x2);
 #else
