@@ -129,8 +129,7 @@ RotatingCacheBase::RingSlots RotatingCacheBase::ring_reserve(
       data_ = each(data_, [&](const mx::array& v) { return temporal_order(v); });
       idx_ = data_[0].shape(2);
       const int trim_size = idx_ - max_size_ + 1;
-      for (size_t i = 0; i < data_.size(); ++i)
-        data_[i] = trim_rows(trim_size, data_[i], zeros[i]);
+      for (size_t i = 0; i < data_.size(); ++i) data_[i] = trim_rows(trim_size, data_[i], zeros[i]);
     }
     s.rows = data_[0].shape(2);
     s.pos = s.rows - L;

@@ -168,15 +168,15 @@ struct TransformerBlock {
     namespace cpu = kernels::cpu;
     const Attention& a = self_attn;
     const nn::RoPE& r = a.rope;
-    for (const nn::Linear* l : {&a.q_proj, &a.k_proj, &a.v_proj, &a.o_proj, &mlp.gate_proj,
-                                &mlp.up_proj, &mlp.down_proj})
+    for (const nn::Linear* l :
+         {&a.q_proj, &a.k_proj, &a.v_proj, &a.o_proj, &mlp.gate_proj, &mlp.up_proj, &mlp.down_proj})
       if (!l->cpu_kernel || !l->adapters.empty() || l->bias || l->all_reduce) return std::nullopt;
     if (!r.base || r.freqs || r.dynamic || r.mscale != 1.0f || x.ndim() != 3 ||
         dynamic_cast<const RowsKVCache*>(&cache))
       return std::nullopt;
     auto q = [](const nn::Linear& l) {
-      return cpu::QLinear{l.weight, *l.scales, *l.biases, l.quant->group_size, l.quant->bits,
-                          std::nullopt};
+      return cpu::QLinear{l.weight,      *l.scales,   *l.biases, l.quant->group_size,
+                          l.quant->bits, std::nullopt};
     };
     const cpu::DecoderLayerWeights w{
         input_layernorm.weight,

@@ -69,8 +69,8 @@ TEST(TiersGemma3, TeacherForcedAgreesWithL1) {
   }
   // Steps of 1 to kInt8MaxRows tokens (with LMX_HEAVY=1 the rings wrap at 512 and take
   // multi-token writes past the window).
-  gate(test::compare_logprobs(
-           lp, test::stepped_logprobs(*fast.model, ids, kernels::cpu::kInt8MaxRows)),
+  gate(test::compare_logprobs(lp,
+                              test::stepped_logprobs(*fast.model, ids, kernels::cpu::kInt8MaxRows)),
        "steps");
 }
 
@@ -94,8 +94,8 @@ TEST(TiersGemma3, GreedyOutputsAgreeWithL1) {
 }
 
 TEST(TiersGemma3, SameTokensForOneAndTwoThreads) {
-  const std::string args = "generate --model " + model_dir().string() +
-                           " --max-tokens 32 --prompt 'Name a color.'";
+  const std::string args =
+      "generate --model " + model_dir().string() + " --max-tokens 32 --prompt 'Name a color.'";
   const auto r1 = test::run_lmx_env("LMX_CPU_THREADS=1", args);
   const auto r2 = test::run_lmx_env("LMX_CPU_THREADS=2", args);
   ASSERT_EQ(r1.exit_code, 0) << r1.err;

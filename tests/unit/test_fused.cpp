@@ -168,20 +168,19 @@ TEST(DecoderLayer, GemmaLayerOverARingMatchesMlxOps) {
   auto norm_w = [](uint64_t seed) {
     return mx::random::uniform(0.5f, 1.5f, {D}, mx::float32, mx::random::key(seed));
   };
-  kc::DecoderLayerWeights w{norm_w(1),
-                            random_linear(Hq * hd, D, 2),
-                            random_linear(Hkv * hd, D, 3),
-                            random_linear(Hkv * hd, D, 4),
-                            kc::QkNorm{mx::random::uniform(0.5f, 1.5f, {hd}, mx::float32,
-                                                           mx::random::key(10)),
-                                       mx::random::uniform(0.5f, 1.5f, {hd}, mx::float32,
-                                                           mx::random::key(11))},
-                            random_linear(D, Hq * hd, 5),
-                            norm_w(6),
-                            random_linear(I, D, 7),
-                            random_linear(I, D, 8),
-                            random_linear(D, I, 9),
-                            kc::SandwichNorms{norm_w(12), norm_w(13)}};
+  kc::DecoderLayerWeights w{
+      norm_w(1),
+      random_linear(Hq * hd, D, 2),
+      random_linear(Hkv * hd, D, 3),
+      random_linear(Hkv * hd, D, 4),
+      kc::QkNorm{mx::random::uniform(0.5f, 1.5f, {hd}, mx::float32, mx::random::key(10)),
+                 mx::random::uniform(0.5f, 1.5f, {hd}, mx::float32, mx::random::key(11))},
+      random_linear(D, Hq * hd, 5),
+      norm_w(6),
+      random_linear(I, D, 7),
+      random_linear(I, D, 8),
+      random_linear(D, I, 9),
+      kc::SandwichNorms{norm_w(12), norm_w(13)}};
   kc::DecoderLayerSpec spec;
   spec.qkv = {Hq, Hkv, hd, 1e-6f, {hd, false, 10000.0f, 0.5f}, 1e-6f};
   spec.attn_scale = 0.2f;
@@ -210,10 +209,10 @@ TEST(DecoderLayer, GemmaLayerOverARingMatchesMlxOps) {
     q = mx::fast::rope(q, hd, false, 10000.0f, 0.5f, offset);
     k = mx::fast::rope(k, hd, false, 10000.0f, 0.5f, offset);
     auto [keys, values] = cache.update_and_fetch(k, v);
-    mx::array a = mask.array ? mx::fast::scaled_dot_product_attention(q, keys, values, 0.2f,
-                                                                      "array", mask.array)
-                             : mx::fast::scaled_dot_product_attention(q, keys, values, 0.2f,
-                                                                      mask.mode);
+    mx::array a =
+        mask.array
+            ? mx::fast::scaled_dot_product_attention(q, keys, values, 0.2f, "array", mask.array)
+            : mx::fast::scaled_dot_product_attention(q, keys, values, 0.2f, mask.mode);
     a = mx::reshape(mx::transpose(a, {0, 2, 1, 3}), {1, L, -1});
     mx::array h = mx::add(x, rms(lin(a, w.o), w.sandwich->attn_out, 1e-6f));
     mx::array m = rms(h, w.post_norm, 1e-6f);
@@ -221,9 +220,9 @@ TEST(DecoderLayer, GemmaLayerOverARingMatchesMlxOps) {
     mx::array gelu = mx::multiply(
         mx::multiply(mx::array(0.5f), g),
         mx::add(mx::array(1.0f),
-                mx::tanh(mx::multiply(
-                    mx::array(0.7978845608f),
-                    mx::add(g, mx::multiply(mx::array(0.044715f), mx::power(g, mx::array(3.0f))))))));
+                mx::tanh(mx::multiply(mx::array(0.7978845608f),
+                                      mx::add(g, mx::multiply(mx::array(0.044715f),
+                                                              mx::power(g, mx::array(3.0f))))))));
     mx::array y = lin(mx::multiply(gelu, lin(m, w.up)), w.down);
     return mx::add(h, rms(y, w.sandwich->mlp_out, 1e-6f));
   };

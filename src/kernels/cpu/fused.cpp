@@ -545,10 +545,10 @@ class DecoderLayerPrim : public mx::Primitive {
           g = take(in, i, g_), u = take(in, i, u_), d = take(in, i, d_);
     std::vector<mx::array> ins = weak_copies(in), outs = weak_copies(out);
     enc.dispatch([spec = spec_, offset = offset_, slots = slots_, sandwich = sandwich_, isa = isa_,
-                  int8 = int8_, q = std::move(q),
-                  k = std::move(k), v = std::move(v), o = std::move(o), g = std::move(g),
-                  u = std::move(u), d = std::move(d), ins = std::move(ins), outs = std::move(outs),
-                  copy0 = copy[0], copy1 = copy[1]]() mutable {
+                  int8 = int8_, q = std::move(q), k = std::move(k), v = std::move(v),
+                  o = std::move(o), g = std::move(g), u = std::move(u), d = std::move(d),
+                  ins = std::move(ins), outs = std::move(outs), copy0 = copy[0],
+                  copy1 = copy[1]]() mutable {
       const mx::array& x = ins[0];
       const int B = x.shape(0), L = x.shape(1), D = x.shape(2), M = B * L;
       const QkvSpec& qs = spec.qkv;
