@@ -161,8 +161,9 @@ struct TransformerBlock {
 
  private:
   // Tier L3: the layer as one CPU primitive over a plain KVCache (a causal or no mask, or the
-  // window's) or a RotatingKVCache of the window (keep 0); nullopt when a part has no fused form
-  // (LoRA adapters, quantized caches, batched rows, a RoPE frequency table).
+  // window's) or a RotatingKVCache of the window (keep 0), as two around MLX's attention over
+  // other caches (quantized); nullopt when a part has no fused form (LoRA adapters, batched rows,
+  // a RoPE frequency table).
   std::optional<mx::array> fused(const mx::array& x, const Mask& mask, KVCacheBase& cache,
                                  int window) const {
     namespace cpu = kernels::cpu;
@@ -202,9 +203,9 @@ struct TransformerBlock {
     const int B = x.shape(0), L = x.shape(1), H = a.n_kv_heads, hd = a.head_dim;
     // float32 activations keep K and V as float16, as the llama family's fused layer does.
     const mx::Dtype kv_dtype = x.dtype() == mx::float32 ? mx::float16 : x.dtype();
-    if (auto* kv = dynamic_cast<KVCache*>(&cache)) {
-      // A global layer's mask is causal or none; a sliding layer's is the window's.
-      if (!window && !(mask.none() || (!mask.array && mask.mode == "causal"))) return std::nullopt;
+    auto* kv = dynamic_cast<KVCache*>(&cache);
+    // A global layer's mask is causal or none; a sliding layer's is the window's.
+    if (kv && (window || mask.none() || (!mask.array && mask.mode == "causal"))) {
       const int offset = kv->offset();
       auto buf = kv->reserve(B, H, hd, hd, kv_dtype, L);
       cpu::KvSlots slots;
@@ -214,13 +215,22 @@ struct TransformerBlock {
       return out[0];
     }
     auto* ring = dynamic_cast<RotatingKVCache*>(&cache);
-    if (!ring || !window || ring->max_size() != window || ring->keep() != 0) return std::nullopt;
-    const int offset = ring->offset();
-    auto s = ring->ring_reserve(B, H, L, {{hd, kv_dtype}, {hd, kv_dtype}});
-    auto out = cpu::decoder_layer(x, s.parts[0], s.parts[1], offset, w, spec, s.in_place,
-                                  {s.pos, s.rows, window});
-    ring->ring_commit({out[1], out[2]}, L);
-    return out[0];
+    if (ring && window && ring->max_size() == window && ring->keep() == 0) {
+      const int offset = ring->offset();
+      auto s = ring->ring_reserve(B, H, L, {{hd, kv_dtype}, {hd, kv_dtype}});
+      auto out = cpu::decoder_layer(x, s.parts[0], s.parts[1], offset, w, spec, s.in_place,
+                                    {s.pos, s.rows, window});
+      ring->ring_commit({out[1], out[2]}, L);
+      return out[0];
+    }
+    // Other caches (quantized, plain or rotating): the two fused halves around the cache's own
+    // attention, with the mask as given.
+    auto qkv = cpu::norm_qkv_rope(x, w.input_norm, w.q, w.k, w.v, spec.qkv, cache.offset(),
+                                  w.qk_norm);
+    mx::array attn =
+        nn::merge_heads(nn::cached_attention(qkv[0], qkv[1], qkv[2], cache, a.scale, mask));
+    return cpu::out_proj_mlp(x, attn, w.o, w.post_norm, spec.mlp_norm_eps, w.gate, w.up, w.down,
+                             spec.act, w.sandwich);
   }
 };
 

@@ -191,6 +191,12 @@ void out_mlp_f32(float* h, const float* attn, int M, int D, const float* norm_w,
   for (size_t j = 0; j < y.size(); ++j) h[j] += y[j];
 }
 
+// gemma's clip_residual: float16 sums are clipped to float16's finite range.
+void clip_f16(std::vector<float>& h) {
+  constexpr float kF16Max = 65504.0f;
+  for (float& e : h) e = std::clamp(e, -kF16Max, kF16Max);
+}
+
 class NormQkvRope : public mx::Primitive {
  public:
   NormQkvRope(mx::Stream s, const QkvSpec& spec, int offset, const QLinear& q, const QLinear& k,
@@ -246,9 +252,11 @@ class NormQkvRope : public mx::Primitive {
 class OutProjMlp : public mx::UnaryPrimitive {
  public:
   OutProjMlp(mx::Stream s, float eps, const QLinear& o, const QLinear& gate, const QLinear& up,
-             const QLinear& down, Isa isa, Int8Mode int8)
+             const QLinear& down, Activation act, bool sandwich, Isa isa, Int8Mode int8)
       : mx::UnaryPrimitive(s),
         eps_(eps),
+        act_(act),
+        sandwich_(sandwich),
         o_(o),
         gate_(gate),
         up_(up),
@@ -259,16 +267,23 @@ class OutProjMlp : public mx::UnaryPrimitive {
   void eval_cpu(const std::vector<mx::array>& in, mx::array& out) override {
     out.set_data(mx::allocator::malloc(out.nbytes()));
     auto& enc = mx::cpu::get_command_encoder(stream());
-    size_t i = 3;
+    size_t i = sandwich_ ? 5 : 3;
     Layer o = take(in, i, o_), g = take(in, i, gate_), u = take(in, i, up_), d = take(in, i, down_);
     std::vector<mx::array> ins = weak_copies(in);
-    enc.dispatch([eps = eps_, isa = isa_, int8 = int8_, o = std::move(o), g = std::move(g),
-                  u = std::move(u), d = std::move(d), ins = std::move(ins),
-                  out = mx::array::unsafe_weak_copy(out)]() mutable {
+    enc.dispatch([eps = eps_, act = act_, sandwich = sandwich_, isa = isa_, int8 = int8_,
+                  o = std::move(o), g = std::move(g), u = std::move(u), d = std::move(d),
+                  ins = std::move(ins), out = mx::array::unsafe_weak_copy(out)]() mutable {
       const int D = ins[0].shape(-1);
       const int M = static_cast<int>(ins[0].size() / D);
-      std::vector<float> h = f32(ins[0]), attn = f32(ins[1]), nw = f32(ins[2]);
-      out_mlp_f32(h.data(), attn.data(), M, D, nw.data(), eps, o, g, u, d, isa, int8);
+      std::vector<float> h = f32(ins[0]), attn = f32(ins[1]), nw = f32(ins[2]), sw[2];
+      Sandwich norms;
+      if (sandwich) {
+        sw[0] = f32(ins[3]);
+        sw[1] = f32(ins[4]);
+        norms = {sw[0].data(), sw[1].data()};
+      }
+      out_mlp_f32(h.data(), attn.data(), M, D, nw.data(), eps, o, g, u, d, isa, int8, act, norms);
+      if (sandwich && out.dtype() == mx::float16) clip_f16(h);
       from_f32(h.data(), out);
     });
   }
@@ -280,6 +295,8 @@ class OutProjMlp : public mx::UnaryPrimitive {
 
  private:
   float eps_;
+  Activation act_;
+  bool sandwich_;
   QLinear o_, gate_, up_, down_;
   Isa isa_;
   Int8Mode int8_;
@@ -586,11 +603,7 @@ class DecoderLayerPrim : public mx::Primitive {
       round_to(x.dtype(), attn.data(), attn.size());
       out_mlp_f32(h.data(), attn.data(), M, D, pw.data(), spec.mlp_norm_eps, o, g, u, d, isa, int8,
                   spec.act, norms);
-      if (sandwich && x.dtype() == mx::float16) {
-        // gemma's clip_residual: float16 sums are clipped to its finite range.
-        constexpr float kF16Max = 65504.0f;
-        for (float& e : h) e = std::clamp(e, -kF16Max, kF16Max);
-      }
+      if (sandwich && x.dtype() == mx::float16) clip_f16(h);
       from_f32(h.data(), outs[0]);
     });
   }
@@ -734,7 +747,8 @@ mx::array causal_attention(const mx::array& q, const mx::array& k, const mx::arr
 
 mx::array out_proj_mlp(const mx::array& h, const mx::array& attn, const QLinear& o,
                        const mx::array& norm_weight, float norm_eps, const QLinear& gate,
-                       const QLinear& up, const QLinear& down) {
+                       const QLinear& up, const QLinear& down, Activation act,
+                       const std::optional<SandwichNorms>& sandwich) {
   const char* where = "out_proj_mlp";
   const int D = h.shape(-1);
   check_linear(o, attn.shape(-1), where);
@@ -745,9 +759,16 @@ mx::array out_proj_mlp(const mx::array& h, const mx::array& attn, const QLinear&
             !gate.bias && !up.bias && !down.bias,
         where, "expected bias-free projections back to ", D, " features");
   std::vector<mx::array> in = {h, attn, norm_weight};
+  if (sandwich) {
+    for (const mx::array* n : {&sandwich->attn_out, &sandwich->mlp_out})
+      check(n->ndim() == 1 && n->shape(0) == D, where, "expected sandwich norm weights of ", D,
+            " features");
+    in.insert(in.end(), {sandwich->attn_out, sandwich->mlp_out});
+  }
   for (const QLinear* l : {&o, &gate, &up, &down}) push(in, *l);
-  auto prim = std::make_shared<OutProjMlp>(mx::default_stream(mx::Device::cpu), norm_eps, o, gate,
-                                           up, down, active_isa(), int8_mode());
+  auto prim =
+      std::make_shared<OutProjMlp>(mx::default_stream(mx::Device::cpu), norm_eps, o, gate, up,
+                                   down, act, sandwich.has_value(), active_isa(), int8_mode());
   return mx::array(h.shape(), h.dtype(), prim, in);
 }
 

@@ -48,20 +48,21 @@ std::vector<mx::array> norm_qkv_rope(const mx::array& x, const mx::array& norm_w
                                      const QkvSpec& spec, int offset,
                                      const std::optional<QkNorm>& qk_norm = std::nullopt);
 
-// h (B, L, D), attn (B, L, n_heads * head_dim) -> h1 + down(silu(gate(n)) * up(n)) with
-// h1 = h + o(attn) and n = rms_norm(h1) * norm_weight, in h's dtype.
-mx::array out_proj_mlp(const mx::array& h, const mx::array& attn, const QLinear& o,
-                       const mx::array& norm_weight, float norm_eps, const QLinear& gate,
-                       const QLinear& up, const QLinear& down);
-
 // The MLP's gate activation: silu (SwiGLU, llama) or mlx.nn.gelu_approx (GeGLU, gemma).
 enum class Activation { silu, gelu_approx };
 
-// Gemma's sandwich norms around both sublayers' outputs, (D,) each, eps DecoderLayerSpec's
-// mlp_norm_eps: h1 = h + rms_norm(o(attn)) * attn_out; out = h1 + rms_norm(mlp(n)) * mlp_out.
+// Gemma's sandwich norms around both sublayers' outputs, (D,) each, eps the MLP norm's: h1 = h + rms_norm(o(attn)) * attn_out; out = h1 + rms_norm(mlp(n)) * mlp_out.
 struct SandwichNorms {
   mx::array attn_out, mlp_out;
 };
+
+// h (B, L, D), attn (B, L, n_heads * head_dim) -> h1 + down(act(gate(n)) * up(n)) with
+// h1 = h + o(attn) and n = rms_norm(h1) * norm_weight, in h's dtype; with sandwich norms each
+// branch is normed before its add (and float16 sums are clipped to float16's range).
+mx::array out_proj_mlp(const mx::array& h, const mx::array& attn, const QLinear& o,
+                       const mx::array& norm_weight, float norm_eps, const QLinear& gate,
+                       const QLinear& up, const QLinear& down, Activation act = Activation::silu,
+                       const std::optional<SandwichNorms>& sandwich = std::nullopt);
 
 struct DecoderLayerWeights {
   mx::array input_norm;
