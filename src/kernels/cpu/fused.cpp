@@ -517,8 +517,8 @@ void write_rows_as(const float* src, int B, int H, int L, int hd, int offset, mx
     write_rows<mx::float16_t>(src, B, H, L, hd, offset, buf);
 }
 
-// The whole layer: inputs x, input_norm, post_norm, q, k, v, o, gate, up, down (QLinear each),
-// [q_norm, k_norm], keys, values; outputs h, keys, values.
+// The whole layer: inputs x, input_norm, post_norm, [attn_out, mlp_out (sandwich norms)], q, k, v,
+// o, gate, up, down (QLinear each), [q_norm, k_norm], keys, values; outputs h, keys, values.
 class DecoderLayerPrim : public mx::Primitive {
  public:
   DecoderLayerPrim(mx::Stream s, const DecoderLayerSpec& spec, int offset, bool in_place,
