@@ -27,30 +27,40 @@ mx::array log_softmax(const mx::array& logits) {
 
 }  // namespace
 
-TeacherForced compare_teacher_forced(Model& exact, Model& fast, const std::vector<int>& tokens) {
+mx::array teacher_forced_logprobs(Model& model, const std::vector<int>& tokens) {
   const mx::array ids(tokens.data(), {1, static_cast<int>(tokens.size())}, mx::int32);
-  auto logprobs = [&](Model& m) {
-    Cache cache = m.make_cache();
-    return log_softmax(m(ids, cache));
-  };
-  return compare(logprobs(exact), logprobs(fast), static_cast<int>(tokens.size()));
+  Cache cache = model.make_cache();
+  mx::array lp = log_softmax(model(ids, cache));
+  mx::eval(lp);
+  return lp;
 }
 
-TeacherForced compare_teacher_forced_steps(Model& exact, Model& fast,
-                                           const std::vector<int>& tokens, int max_step) {
+mx::array stepped_logprobs(Model& model, const std::vector<int>& tokens, int max_step) {
   const int L = static_cast<int>(tokens.size());
-  const mx::array ids(tokens.data(), {1, L}, mx::int32);
-  Cache ce = exact.make_cache();
-  mx::array lp = log_softmax(exact(ids, ce));
-  Cache cf = fast.make_cache();
+  Cache cache = model.make_cache();
   std::vector<mx::array> parts;
   for (int at = 0, step = 1; at < L; at += step, step = step % max_step + 1) {
     const int n = std::min(step, L - at);
     const mx::array chunk(tokens.data() + at, {1, n}, mx::int32);
-    parts.push_back(log_softmax(fast(chunk, cf)));
+    parts.push_back(log_softmax(model(chunk, cache)));
     mx::eval(parts.back());
   }
-  return compare(lp, mx::concatenate(parts, 1), L);
+  return mx::concatenate(parts, 1);
+}
+
+TeacherForced compare_logprobs(const mx::array& exact, const mx::array& fast) {
+  return compare(exact, fast, exact.shape(1));
+}
+
+TeacherForced compare_teacher_forced(Model& exact, Model& fast, const std::vector<int>& tokens) {
+  return compare(teacher_forced_logprobs(exact, tokens), teacher_forced_logprobs(fast, tokens),
+                 static_cast<int>(tokens.size()));
+}
+
+TeacherForced compare_teacher_forced_steps(Model& exact, Model& fast,
+                                           const std::vector<int>& tokens, int max_step) {
+  return compare(teacher_forced_logprobs(exact, tokens), stepped_logprobs(fast, tokens, max_step),
+                 static_cast<int>(tokens.size()));
 }
 
 std::vector<int> greedy(Model& model, const std::vector<int>& prompt, int max_tokens) {

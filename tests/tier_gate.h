@@ -25,6 +25,13 @@ TeacherForced compare_teacher_forced(Model& exact, Model& fast, const std::vecto
 TeacherForced compare_teacher_forced_steps(Model& exact, Model& fast,
                                            const std::vector<int>& tokens, int max_step);
 
+// The pieces of the two gates above, for a caller that compares one exact forward with several
+// fast ones: log-probabilities (1, L, V) float32 of one forward of `tokens` from an empty cache,
+// of the same tokens fed in steps of 1, 2, ..., max_step through one cache, and the comparison.
+mx::array teacher_forced_logprobs(Model& model, const std::vector<int>& tokens);
+mx::array stepped_logprobs(Model& model, const std::vector<int>& tokens, int max_step);
+TeacherForced compare_logprobs(const mx::array& exact, const mx::array& fast);
+
 // Within its scope the CPU kernels keep MLX's weight layout (kernels::cpu::set_packing), so
 // calls of more than kInt8MaxRows rows take the float32 kernel, as on CPUs without the packed
 // int8 kernel.

@@ -64,35 +64,93 @@ Parts RotatingCacheBase::update_concat(const Parts& rows) {
   offset_ += rows[0].shape(2);
   idx_ = data_[0].shape(2);
   rollback_ = rows[0].shape(2);
+  shared_ = true;
   return data_;
 }
 
-Parts RotatingCacheBase::update_in_place(const Parts& rows) {
-  const int B = rows[0].shape(0), H = rows[0].shape(1), S = rows[0].shape(2);
+void RotatingCacheBase::make_room(int B, int H,
+                                  const std::vector<std::pair<int, mx::Dtype>>& tails) {
   const int prev = offset_;
   // Grow in steps until max_size.
   if (data_.empty() || (prev >= data_[0].shape(2) && data_[0].shape(2) < max_size_)) {
     const int new_size = std::min(kStep, max_size_ - prev);
     Parts grown;
-    for (size_t i = 0; i < rows.size(); ++i) {
-      mx::array zeros = mx::zeros({B, H, new_size, rows[i].shape(3)}, rows[i].dtype());
+    for (size_t i = 0; i < tails.size(); ++i) {
+      mx::array zeros = mx::zeros({B, H, new_size, tails[i].first}, tails[i].second);
       grown.push_back(data_.empty() ? zeros : mx::concatenate({data_[i], zeros}, 2));
     }
     data_ = std::move(grown);
     idx_ = prev;
+    shared_ = false;  // new buffers
   }
   // A multi-token write may have left more than max_size rows.
   const int trim_size = data_[0].shape(2) - max_size_;
   if (trim_size > 0) {
     data_ = each(data_, [&](const mx::array& v) { return trim_rows(trim_size, v); });
     idx_ = max_size_;
+    shared_ = false;
   }
   if (idx_ == max_size_) idx_ = keep_;  // rotate
+}
+
+Parts RotatingCacheBase::update_in_place(const Parts& rows) {
+  const int B = rows[0].shape(0), H = rows[0].shape(1), S = rows[0].shape(2);
+  std::vector<std::pair<int, mx::Dtype>> tails;
+  for (const mx::array& r : rows) tails.emplace_back(r.shape(3), r.dtype());
+  make_room(B, H, tails);
   for (size_t i = 0; i < data_.size(); ++i) data_[i] = seq_assign(data_[i], rows[i], idx_);
   offset_ += S;
   idx_ += S;
   rollback_ = 0;
+  shared_ = true;  // active() hands out the buffers or views of them
   return active();
+}
+
+RotatingCacheBase::RingSlots RotatingCacheBase::ring_reserve(
+    int B, int H, int L, std::vector<std::pair<int, mx::Dtype>> tails) {
+  check(L > 0 && tails.size() == (data_.empty() ? tails.size() : data_.size()), where_,
+        "ring_reserve: expected L > 0 and one tail per stored part, got L = ", L, ", ",
+        tails.size(), " tails");
+  // A ring keeps the dtype its rows have (written by update_and_fetch or loaded).
+  for (size_t i = 0; i < data_.size(); ++i) tails[i] = {data_[i].shape(3), data_[i].dtype()};
+  RingSlots s;
+  if (L == 1) {
+    make_room(B, H, tails);
+    s.pos = idx_;
+    s.rows = std::min(offset_ + 1, data_[0].shape(2));
+    s.in_place = !shared_;
+  } else {
+    // update_concat with L rows of zeros for the writer to fill.
+    Parts zeros;
+    for (const auto& [d, dtype] : tails) zeros.push_back(mx::zeros({B, H, L, d}, dtype));
+    if (data_.empty()) {
+      data_ = std::move(zeros);
+    } else {
+      data_ = each(data_, [&](const mx::array& v) { return temporal_order(v); });
+      idx_ = data_[0].shape(2);
+      const int trim_size = idx_ - max_size_ + 1;
+      for (size_t i = 0; i < data_.size(); ++i) data_[i] = trim_rows(trim_size, data_[i], zeros[i]);
+    }
+    s.rows = data_[0].shape(2);
+    s.pos = s.rows - L;
+    s.in_place = true;  // a new concatenation (or new zeros)
+  }
+  s.parts = std::move(data_);
+  data_.clear();
+  return s;
+}
+
+void RotatingCacheBase::ring_commit(Parts parts, int L) {
+  data_ = std::move(parts);
+  offset_ += L;
+  if (L == 1) {
+    ++idx_;
+    rollback_ = 0;
+  } else {
+    idx_ = data_[0].shape(2);
+    rollback_ = L;
+  }
+  shared_ = false;  // written in place or copied: the cache's own
 }
 
 Parts RotatingCacheBase::ring_update(const Parts& rows) {
@@ -120,6 +178,7 @@ int RotatingCacheBase::trim(int n, bool bypass) {
         "and keeps at least one, expected n < ", rollback_, " (that write's rows still cached)");
   const int size = data_[0].shape(2) - n;
   data_ = each(data_, [&](const mx::array& v) { return seq_slice(v, 0, size); });
+  shared_ = true;  // views of the old buffers
   offset_ -= n;
   idx_ = size;
   rollback_ -= n;
@@ -144,7 +203,10 @@ Mask RotatingCacheBase::make_mask(int n, std::optional<int> window, bool return_
   return {};
 }
 
-std::vector<mx::array> RotatingCacheBase::state() const { return data_; }
+std::vector<mx::array> RotatingCacheBase::state() const {
+  shared_ = true;
+  return data_;
+}
 
 size_t RotatingCacheBase::nbytes() const {
   size_t n = 0;
@@ -157,6 +219,7 @@ void RotatingCacheBase::set_ring(Parts data, int offset, int idx, int rollback) 
   offset_ = offset;
   idx_ = idx;
   rollback_ = rollback;
+  shared_ = true;
 }
 
 RotatingKVCache::RotatingKVCache(int max_size, int keep)

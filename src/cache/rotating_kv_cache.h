@@ -47,6 +47,23 @@ class RotatingCacheBase : public KVCacheBase {
   Snapshot snapshot() const { return {data_, offset_, idx_, rollback_}; }
   void restore(Snapshot s) { set_ring(std::move(s.data), s.offset, s.idx, s.rollback); }
 
+  // For a writer that writes a step's L rows itself (the fused CPU layer, kernels/cpu/fused.h):
+  // the parts as ring_update arranges them for L rows (grown, trimmed, rotated, or in temporal
+  // order with L rows appended), the rows [pos, pos + L) to write, and the rows attention then
+  // reads: [0, rows), the new rows last when L > 1, in ring order when L == 1. in_place: no array
+  // of these parts has left the cache (state(), update_and_fetch's views), so the writer may
+  // write them where they lie; otherwise it must write a copy. The parts are the writer's until
+  // ring_commit stores them: the cache then holds what ring_update would have left.
+  struct RingSlots {
+    std::vector<mx::array> parts;
+    int pos, rows;
+    bool in_place;
+  };
+  // tails: each part's last dimension and dtype for an empty ring (a ring that holds rows keeps
+  // theirs).
+  RingSlots ring_reserve(int B, int H, int L, std::vector<std::pair<int, mx::Dtype>> tails);
+  void ring_commit(std::vector<mx::array> parts, int L);
+
  protected:
   // Writes rows (the same parts layout as stored) and returns the active parts.
   std::vector<mx::array> ring_update(const std::vector<mx::array>& rows);
@@ -56,6 +73,8 @@ class RotatingCacheBase : public KVCacheBase {
 
  private:
   std::vector<mx::array> update_in_place(const std::vector<mx::array>& rows);
+  // update_in_place before its write: grows, trims a multi-token write's extra rows, rotates.
+  void make_room(int B, int H, const std::vector<std::pair<int, mx::Dtype>>& tails);
   std::vector<mx::array> update_concat(const std::vector<mx::array>& rows);
   mx::array trim_rows(int trim_size, const mx::array& v,
                       const std::optional<mx::array>& append = std::nullopt) const;
@@ -68,6 +87,7 @@ class RotatingCacheBase : public KVCacheBase {
   int offset_ = 0;
   int idx_ = 0;
   int rollback_ = 0;
+  mutable bool shared_ = true;  // an array of data_ may be held outside the cache
 };
 
 class RotatingKVCache : public RotatingCacheBase {

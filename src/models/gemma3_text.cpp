@@ -3,12 +3,16 @@
 // sliding-window layers (RotatingKVCache of sliding_window, RoPE base rope_local_base_freq).
 // (1 + w) RMSNorms around both sublayers and on q/k, attention scale query_pre_attn_scalar^-0.5,
 // embeddings times bf16(sqrt(hidden_size)), gelu_approx MLP, f16 residuals added in f32 and
-// clipped. Tied iff the checkpoint has no lm_head.weight.
+// clipped. Tied iff the checkpoint has no lm_head.weight. Under tier L3 a layer whose
+// projections are all on the CPU kernels runs as one fused primitive (kernels/cpu/fused.h) over
+// its KVCache or RotatingKVCache (docs/cpu.md).
 #include "models/gemma3_text.h"
 
 #include <cmath>
 
 #include "cache/rotating_kv_cache.h"
+#include "cache/rows_cache.h"
+#include "kernels/cpu/fused.h"
 #include "nn/transformer.h"
 
 namespace lmx {
@@ -85,7 +89,7 @@ mx::array clip_residual(const mx::array& x, const mx::array& y) {
 }
 
 struct Attention {
-  int n_heads, n_kv_heads;
+  int n_heads, n_kv_heads, head_dim;
   float scale;
   nn::Linear q_proj, k_proj, v_proj, o_proj;
   RMSNorm q_norm, k_norm;
@@ -95,6 +99,7 @@ struct Attention {
             const std::string& source)
       : n_heads(a.num_attention_heads),
         n_kv_heads(a.num_key_value_heads),
+        head_dim(a.head_dim),
         scale(static_cast<float>(std::pow(a.query_pre_attn_scalar, -0.5))),
         q_proj(nn::Linear::load(w, p + ".q_proj", a.hidden_size, n_heads * a.head_dim, false)),
         k_proj(nn::Linear::load(w, p + ".k_proj", a.hidden_size, n_kv_heads * a.head_dim, false)),
@@ -145,11 +150,87 @@ struct TransformerBlock {
         post_feedforward_layernorm(
             RMSNorm::load(w, p + ".post_feedforward_layernorm", a.hidden_size, a.rms_norm_eps)) {}
 
-  mx::array operator()(const mx::array& x, const Mask& mask, KVCacheBase& cache) const {
+  // window: the layer's sliding window, 0 for a global layer.
+  mx::array operator()(const mx::array& x, const Mask& mask, KVCacheBase& cache, int window) const {
+    if (auto y = fused(x, mask, cache, window)) return *y;
     mx::array r = self_attn(input_layernorm(x), mask, cache);
     mx::array h = clip_residual(x, post_attention_layernorm(r));
     r = mlp(pre_feedforward_layernorm(h));
     return clip_residual(h, post_feedforward_layernorm(r));
+  }
+
+ private:
+  // Tier L3: the layer as one CPU primitive over a plain KVCache (a causal or no mask, or the
+  // window's) or a RotatingKVCache of the window (keep 0), as two around MLX's attention over
+  // other caches (quantized); nullopt when a part has no fused form (LoRA adapters, batched rows,
+  // a RoPE frequency table).
+  std::optional<mx::array> fused(const mx::array& x, const Mask& mask, KVCacheBase& cache,
+                                 int window) const {
+    namespace cpu = kernels::cpu;
+    const Attention& a = self_attn;
+    const nn::RoPE& r = a.rope;
+    for (const nn::Linear* l :
+         {&a.q_proj, &a.k_proj, &a.v_proj, &a.o_proj, &mlp.gate_proj, &mlp.up_proj, &mlp.down_proj})
+      if (!l->cpu_kernel || !l->adapters.empty() || l->bias || l->all_reduce) return std::nullopt;
+    if (!r.base || r.freqs || r.dynamic || r.mscale != 1.0f || x.ndim() != 3 ||
+        dynamic_cast<const RowsKVCache*>(&cache))
+      return std::nullopt;
+    auto q = [](const nn::Linear& l) {
+      return cpu::QLinear{l.weight,      *l.scales,   *l.biases, l.quant->group_size,
+                          l.quant->bits, std::nullopt};
+    };
+    const cpu::DecoderLayerWeights w{
+        input_layernorm.weight,
+        q(a.q_proj),
+        q(a.k_proj),
+        q(a.v_proj),
+        cpu::QkNorm{a.q_norm.weight, a.k_norm.weight},
+        q(a.o_proj),
+        pre_feedforward_layernorm.weight,
+        q(mlp.gate_proj),
+        q(mlp.up_proj),
+        q(mlp.down_proj),
+        cpu::SandwichNorms{post_attention_layernorm.weight, post_feedforward_layernorm.weight}};
+    const cpu::DecoderLayerSpec spec{{a.n_heads,
+                                      a.n_kv_heads,
+                                      a.head_dim,
+                                      input_layernorm.eps,
+                                      {r.dims, r.traditional, *r.base, r.scale},
+                                      a.q_norm.eps},
+                                     a.scale,
+                                     pre_feedforward_layernorm.eps,
+                                     cpu::Activation::gelu_approx};
+    const int B = x.shape(0), L = x.shape(1), H = a.n_kv_heads, hd = a.head_dim;
+    // float32 activations keep K and V as float16, as the llama family's fused layer does.
+    const mx::Dtype kv_dtype = x.dtype() == mx::float32 ? mx::float16 : x.dtype();
+    auto* kv = dynamic_cast<KVCache*>(&cache);
+    // A global layer's mask is causal or none; a sliding layer's is the window's.
+    if (kv && (window || mask.none() || (!mask.array && mask.mode == "causal"))) {
+      const int offset = kv->offset();
+      auto buf = kv->reserve(B, H, hd, hd, kv_dtype, L);
+      cpu::KvSlots slots;
+      if (window) slots = {offset, offset + L, window};
+      auto out = cpu::decoder_layer(x, buf.keys, buf.values, offset, w, spec, buf.in_place, slots);
+      kv->commit(out[1], out[2], L);
+      return out[0];
+    }
+    auto* ring = dynamic_cast<RotatingKVCache*>(&cache);
+    if (ring && window && ring->max_size() == window && ring->keep() == 0) {
+      const int offset = ring->offset();
+      auto s = ring->ring_reserve(B, H, L, {{hd, kv_dtype}, {hd, kv_dtype}});
+      auto out = cpu::decoder_layer(x, s.parts[0], s.parts[1], offset, w, spec, s.in_place,
+                                    {s.pos, s.rows, window});
+      ring->ring_commit({out[1], out[2]}, L);
+      return out[0];
+    }
+    // Other caches (quantized, plain or rotating): the two fused halves around the cache's own
+    // attention, with the mask as given.
+    auto qkv = cpu::norm_qkv_rope(x, w.input_norm, w.q, w.k, w.v, spec.qkv, cache.offset(),
+                                  w.qk_norm);
+    mx::array attn =
+        nn::merge_heads(nn::cached_attention(qkv[0], qkv[1], qkv[2], cache, a.scale, mask));
+    return cpu::out_proj_mlp(x, attn, w.o, w.post_norm, spec.mlp_norm_eps, w.gate, w.up, w.down,
+                             spec.act, w.sandwich);
   }
 };
 
@@ -183,7 +264,8 @@ class Gemma3Text : public Model {
     if (pattern > 1) sliding_mask = cache[0]->make_mask(L, args_.sliding_window);
     for (size_t i = 0; i < layers_.size(); ++i) {
       const bool global = is_global(args_, static_cast<int>(i));
-      h = layers_[i](h, global ? global_mask : sliding_mask, *cache[i]);
+      h = layers_[i](h, global ? global_mask : sliding_mask, *cache[i],
+                     global ? 0 : args_.sliding_window);
       if (tap_) tap_->on_layer(static_cast<int>(i), h);
     }
     h = norm_(h);

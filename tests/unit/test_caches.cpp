@@ -356,6 +356,46 @@ TEST(RotatingKVCache, BypassTrimRefusesRowsItCannotDrop) {
   EXPECT_EQ(c.trim(1), 1);               // mlx-lm's trim, before the wrap
 }
 
+// ring_reserve + the caller's own write + ring_commit (the fused CPU layer's use) leaves the
+// ring as update_and_fetch does, and the rows it says attention reads are the ones
+// update_and_fetch returns: steps of 1 to 5 rows through a window of 8 (growth, the wrap, a
+// multi-token write past the window, a trim before the wrap), distinct rows every step.
+TEST(RotatingKVCache, ReserveAndCommitMatchUpdateAndFetch) {
+  for (int keep : {0, 2}) {
+    RotatingKVCache ref(8, keep), ring(8, keep);
+    const std::vector<int> steps = {3, 1, 1, 1, 1, 1, 1, 2, 1, 1, 5, 1, 1, 1, 4, 1};
+    float v = 1;
+    for (size_t i = 0; i < steps.size(); ++i) {
+      const int L = steps[i];
+      if (i == 2) {  // mlx-lm's trim before the wrap, on both
+        ASSERT_EQ(ref.trim(1), 1);
+        ASSERT_EQ(ring.trim(1), 1);
+      }
+      mx::array k = mx::reshape(mx::arange(v, v + L, mx::float32), {1, 1, L, 1});
+      k = mx::add(k, mx::zeros({1, 2, L, 64}));
+      mx::array val = mx::negative(k);
+      v += L;
+      auto [rk, rv] = ref.update_and_fetch(k, val);
+      auto s = ring.ring_reserve(1, 2, L, {{64, mx::float32}, {64, mx::float32}});
+      ASSERT_EQ(s.parts.size(), 2u);
+      ASSERT_LE(s.rows, s.parts[0].shape(2));
+      if (L > 1) {
+        EXPECT_EQ(s.pos + L, s.rows) << "step " << i;
+      }
+      ring.ring_commit({seq_assign(s.parts[0], k, s.pos), seq_assign(s.parts[1], val, s.pos)}, L);
+      SCOPED_TRACE("keep " + std::to_string(keep) + " step " + std::to_string(i));
+      EXPECT_EQ(ring.offset(), ref.offset());
+      EXPECT_EQ(ring.idx(), ref.idx());
+      EXPECT_EQ(ring.rollback_rows(), ref.rollback_rows());
+      const auto got = ring.state(), want = ref.state();
+      EXPECT_TRUE(identical(got[0], want[0]));
+      EXPECT_TRUE(identical(got[1], want[1]));
+      EXPECT_TRUE(identical(seq_slice(got[0], 0, s.rows), rk));
+      EXPECT_TRUE(identical(seq_slice(got[1], 0, s.rows), rv));
+    }
+  }
+}
+
 TEST(QuantizedKVCache, StoresTriplesOnly) {
   QuantizedKVCache c(64, 4);
   ASSERT_TRUE(c.quantization().has_value());

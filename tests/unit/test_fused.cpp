@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "cache/kv_cache.h"
+#include "cache/rotating_kv_cache.h"
 #include "core/error.h"
 #include "kernels/cpu/fused.h"
 
@@ -153,6 +154,111 @@ TEST(DecoderLayer, MatchesTheComposedPrimitives) {
       const int n = fused.offset();
       EXPECT_TRUE(mx::array_equal(seq_slice(fs[j], 0, n), seq_slice(cs[j], 0, n)).item<bool>())
           << "cache " << j;
+    }
+  }
+}
+
+// Gemma's layer (sandwich norms, q/k head norms, GeGLU) over a RotatingKVCache of the sliding
+// window (ring_reserve / ring_commit) against the same layer in MLX ops over another ring
+// (dequantized weights, update_and_fetch, mx.fast attention with the ring's windowed mask),
+// through growth, the wrap, multi-token writes past the window and single tokens after them;
+// and over a plain KVCache with the window (a sliding layer given a plain cache).
+TEST(DecoderLayer, GemmaLayerOverARingMatchesMlxOps) {
+  const int D = 128, Hq = 4, Hkv = 2, hd = 32, I = 192, W = 8;
+  auto norm_w = [](uint64_t seed) {
+    return mx::random::uniform(0.5f, 1.5f, {D}, mx::float32, mx::random::key(seed));
+  };
+  kc::DecoderLayerWeights w{
+      norm_w(1),
+      random_linear(Hq * hd, D, 2),
+      random_linear(Hkv * hd, D, 3),
+      random_linear(Hkv * hd, D, 4),
+      kc::QkNorm{mx::random::uniform(0.5f, 1.5f, {hd}, mx::float32, mx::random::key(10)),
+                 mx::random::uniform(0.5f, 1.5f, {hd}, mx::float32, mx::random::key(11))},
+      random_linear(D, Hq * hd, 5),
+      norm_w(6),
+      random_linear(I, D, 7),
+      random_linear(I, D, 8),
+      random_linear(D, I, 9),
+      kc::SandwichNorms{norm_w(12), norm_w(13)}};
+  kc::DecoderLayerSpec spec;
+  spec.qkv = {Hq, Hkv, hd, 1e-6f, {hd, false, 10000.0f, 0.5f}, 1e-6f};
+  spec.attn_scale = 0.2f;
+  spec.mlp_norm_eps = 1e-6f;
+  spec.act = kc::Activation::gelu_approx;
+  auto deq = [](const kc::QLinear& l) {
+    return mx::dequantize(l.w, l.scales, l.biases, l.group_size, l.bits);
+  };
+  auto lin = [&](const mx::array& x, const kc::QLinear& l) {
+    return mx::matmul(x, mx::transpose(deq(l)));
+  };
+  auto rms = [](const mx::array& x, const mx::array& wt, float eps) {
+    return mx::fast::rms_norm(x, wt, eps);
+  };
+  auto heads = [](const mx::array& x, int H) {
+    return mx::transpose(mx::reshape(x, {x.shape(0), x.shape(1), H, -1}), {0, 2, 1, 3});
+  };
+  // The reference layer over `cache` with its mask.
+  auto reference = [&](const mx::array& x, KVCacheBase& cache) {
+    const int L = x.shape(1), offset = cache.offset();
+    const Mask mask = cache.make_mask(L, W);
+    mx::array n = rms(x, w.input_norm, spec.qkv.norm_eps);
+    mx::array q = rms(heads(lin(n, w.q), Hq), w.qk_norm->q, 1e-6f);
+    mx::array k = rms(heads(lin(n, w.k), Hkv), w.qk_norm->k, 1e-6f);
+    mx::array v = heads(lin(n, w.v), Hkv);
+    q = mx::fast::rope(q, hd, false, 10000.0f, 0.5f, offset);
+    k = mx::fast::rope(k, hd, false, 10000.0f, 0.5f, offset);
+    auto [keys, values] = cache.update_and_fetch(k, v);
+    mx::array a =
+        mask.array
+            ? mx::fast::scaled_dot_product_attention(q, keys, values, 0.2f, "array", mask.array)
+            : mx::fast::scaled_dot_product_attention(q, keys, values, 0.2f, mask.mode);
+    a = mx::reshape(mx::transpose(a, {0, 2, 1, 3}), {1, L, -1});
+    mx::array h = mx::add(x, rms(lin(a, w.o), w.sandwich->attn_out, 1e-6f));
+    mx::array m = rms(h, w.post_norm, 1e-6f);
+    mx::array g = lin(m, w.gate);
+    mx::array gelu = mx::multiply(
+        mx::multiply(mx::array(0.5f), g),
+        mx::add(mx::array(1.0f),
+                mx::tanh(mx::multiply(mx::array(0.7978845608f),
+                                      mx::add(g, mx::multiply(mx::array(0.044715f),
+                                                              mx::power(g, mx::array(3.0f))))))));
+    mx::array y = lin(mx::multiply(gelu, lin(m, w.up)), w.down);
+    return mx::add(h, rms(y, w.sandwich->mlp_out, 1e-6f));
+  };
+  const std::vector<int> steps = {5, 1, 1, 1, 1, 1, 3, 1, 1, 8, 1, 2, 1, 1, 1, 1, 1, 1, 1, 4, 1};
+  for (bool ring_cache : {true, false}) {
+    RotatingKVCache ring(W), ref_ring(W);
+    KVCache plain, ref_plain;
+    KVCacheBase& ref = ring_cache ? static_cast<KVCacheBase&>(ref_ring) : ref_plain;
+    uint64_t seed = 300;
+    for (size_t i = 0; i < steps.size(); ++i) {
+      const int L = steps[i];
+      mx::array x = mx::random::normal({1, L, D}, mx::float32, mx::random::key(seed++));
+      mx::array want = reference(x, ref);
+      std::vector<mx::array> out;
+      if (ring_cache) {
+        const int offset = ring.offset();
+        auto s = ring.ring_reserve(1, Hkv, L, {{hd, mx::float32}, {hd, mx::float32}});
+        out = kc::decoder_layer(x, s.parts[0], s.parts[1], offset, w, spec, s.in_place,
+                                {s.pos, s.rows, W});
+        ring.ring_commit({out[1], out[2]}, L);
+      } else {
+        const int offset = plain.offset();
+        auto buf = plain.reserve(1, Hkv, hd, hd, mx::float32, L);
+        out = kc::decoder_layer(x, buf.keys, buf.values, offset, w, spec, buf.in_place,
+                                {offset, offset + L, W});
+        plain.commit(out[1], out[2], L);
+      }
+      mx::eval({out[0], want});
+      // The kernels quantize activations to two int8 limbs (~1e-4 relative, docs/cpu.md).
+      const float err = mx::max(mx::abs(mx::subtract(out[0], want))).item<float>();
+      const float scale = mx::max(mx::abs(want)).item<float>();
+      EXPECT_LT(err, 2e-3f * scale) << (ring_cache ? "ring" : "plain") << " step " << i;
+    }
+    if (ring_cache) {
+      EXPECT_EQ(ring.offset(), ref_ring.offset());
+      EXPECT_EQ(ring.idx(), ref_ring.idx());
     }
   }
 }

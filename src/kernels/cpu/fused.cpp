@@ -157,20 +157,44 @@ void qkv_f32(const QkvSpec& spec, int offset, const Layer& q, const Layer& k, co
   }
 }
 
-// h (M, D) += o(attn); h += down(silu(gate(n)) * up(n)) with n = rms_norm(h) * norm_w.
+// mlx.nn.gelu_approx: 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))).
+float gelu_approx(float x) {
+  return 0.5f * x * (1.0f + std::tanh(0.7978845608028654f * (x + 0.044715f * x * x * x)));
+}
+
+// Gemma's sandwich norm weights (float32), or none.
+struct Sandwich {
+  const float* attn_out = nullptr;
+  const float* mlp_out = nullptr;
+};
+
+// h (M, D) += o(attn); h += down(act(gate(n)) * up(n)) with n = rms_norm(h) * norm_w; with
+// sandwich norms each branch is normed (rms_norm(., w) * its weight) before it is added.
 void out_mlp_f32(float* h, const float* attn, int M, int D, const float* norm_w, float eps,
                  const Layer& o, const Layer& g, const Layer& u, const Layer& d, Isa isa,
-                 Int8Mode int8) {
+                 Int8Mode int8, Activation act = Activation::silu, Sandwich sw = {}) {
   const int I = g.w.N;
   std::vector<float> y(static_cast<size_t>(M) * D), n(y.size());
   linear({&o}, attn, M, {y.data()}, isa, int8);
+  if (sw.attn_out) rms_norm(y.data(), sw.attn_out, M, D, eps, y.data());
   for (size_t j = 0; j < y.size(); ++j) h[j] += y[j];
   rms_norm(h, norm_w, M, D, eps, n.data());
   std::vector<float> gv(static_cast<size_t>(M) * I), uv(gv.size());
   linear({&g, &u}, n.data(), M, {gv.data(), uv.data()}, isa, int8);
-  for (size_t j = 0; j < gv.size(); ++j) gv[j] = gv[j] / (1.0f + std::exp(-gv[j])) * uv[j];
+  if (act == Activation::gelu_approx) {
+    for (size_t j = 0; j < gv.size(); ++j) gv[j] = gelu_approx(gv[j]) * uv[j];
+  } else {
+    for (size_t j = 0; j < gv.size(); ++j) gv[j] = gv[j] / (1.0f + std::exp(-gv[j])) * uv[j];
+  }
   linear({&d}, gv.data(), M, {y.data()}, isa, int8);
+  if (sw.mlp_out) rms_norm(y.data(), sw.mlp_out, M, D, eps, y.data());
   for (size_t j = 0; j < y.size(); ++j) h[j] += y[j];
+}
+
+// gemma's clip_residual: float16 sums are clipped to float16's finite range.
+void clip_f16(std::vector<float>& h) {
+  constexpr float kF16Max = 65504.0f;
+  for (float& e : h) e = std::clamp(e, -kF16Max, kF16Max);
 }
 
 class NormQkvRope : public mx::Primitive {
@@ -228,9 +252,11 @@ class NormQkvRope : public mx::Primitive {
 class OutProjMlp : public mx::UnaryPrimitive {
  public:
   OutProjMlp(mx::Stream s, float eps, const QLinear& o, const QLinear& gate, const QLinear& up,
-             const QLinear& down, Isa isa, Int8Mode int8)
+             const QLinear& down, Activation act, bool sandwich, Isa isa, Int8Mode int8)
       : mx::UnaryPrimitive(s),
         eps_(eps),
+        act_(act),
+        sandwich_(sandwich),
         o_(o),
         gate_(gate),
         up_(up),
@@ -241,16 +267,23 @@ class OutProjMlp : public mx::UnaryPrimitive {
   void eval_cpu(const std::vector<mx::array>& in, mx::array& out) override {
     out.set_data(mx::allocator::malloc(out.nbytes()));
     auto& enc = mx::cpu::get_command_encoder(stream());
-    size_t i = 3;
+    size_t i = sandwich_ ? 5 : 3;
     Layer o = take(in, i, o_), g = take(in, i, gate_), u = take(in, i, up_), d = take(in, i, down_);
     std::vector<mx::array> ins = weak_copies(in);
-    enc.dispatch([eps = eps_, isa = isa_, int8 = int8_, o = std::move(o), g = std::move(g),
-                  u = std::move(u), d = std::move(d), ins = std::move(ins),
-                  out = mx::array::unsafe_weak_copy(out)]() mutable {
+    enc.dispatch([eps = eps_, act = act_, sandwich = sandwich_, isa = isa_, int8 = int8_,
+                  o = std::move(o), g = std::move(g), u = std::move(u), d = std::move(d),
+                  ins = std::move(ins), out = mx::array::unsafe_weak_copy(out)]() mutable {
       const int D = ins[0].shape(-1);
       const int M = static_cast<int>(ins[0].size() / D);
-      std::vector<float> h = f32(ins[0]), attn = f32(ins[1]), nw = f32(ins[2]);
-      out_mlp_f32(h.data(), attn.data(), M, D, nw.data(), eps, o, g, u, d, isa, int8);
+      std::vector<float> h = f32(ins[0]), attn = f32(ins[1]), nw = f32(ins[2]), sw[2];
+      Sandwich norms;
+      if (sandwich) {
+        sw[0] = f32(ins[3]);
+        sw[1] = f32(ins[4]);
+        norms = {sw[0].data(), sw[1].data()};
+      }
+      out_mlp_f32(h.data(), attn.data(), M, D, nw.data(), eps, o, g, u, d, isa, int8, act, norms);
+      if (sandwich && out.dtype() == mx::float16) clip_f16(h);
       from_f32(h.data(), out);
     });
   }
@@ -262,6 +295,8 @@ class OutProjMlp : public mx::UnaryPrimitive {
 
  private:
   float eps_;
+  Activation act_;
+  bool sandwich_;
   QLinear o_, gate_, up_, down_;
   Isa isa_;
   Int8Mode int8_;
@@ -296,7 +331,9 @@ ScaleType kv_type(mx::Dtype t) {
 // Causal attention of qf (B, Hq, L, D) float32 over rows [0, S) of k, v (B, Hkv, >= S, D), any
 // float dtype, unit stride on D -> o (B, L, Hq * D) float32.
 void attention_f32(const float* qf, int B, int Hq, int L, int D, const mx::array& k,
-                   const mx::array& v, int S, float scale, Isa isa, float* o) {
+                   const mx::array& v, int S, float scale, Isa isa, float* o, int window = 0) {
+  // The first key row query l sees: all of them, or the last `window` up to its own.
+  const auto first_key = [&](int rows) { return window > 0 ? std::max(0, rows - window) : 0; };
   const int Hkv = k.shape(1), group = Hq / Hkv;
   AttnGroupFn attend = kernels_for(isa).attn_group;
   const auto base = [&](int b, int kh) {
@@ -331,8 +368,9 @@ void attention_f32(const float* qf, int B, int Hq, int L, int D, const mx::array
     auto task = [&](int t) {
       const int c = t % chunks, l = t / chunks % L, kh = t / chunks / L % Hkv;
       const int b = t / chunks / L / Hkv;
-      const int rows = S - L + l + 1, s0 = c * kKeyChunk;
-      if (s0 >= rows) {
+      const int rows = S - L + l + 1, lo = first_key(rows);
+      const int s0 = std::max(lo, c * kKeyChunk);
+      if (s0 >= rows || s0 >= (c + 1) * kKeyChunk) {
         std::fill(pm + static_cast<ptrdiff_t>(t) * group,
                   pm + static_cast<ptrdiff_t>(t + 1) * group, -INFINITY);
         std::fill(pl + static_cast<ptrdiff_t>(t) * group,
@@ -345,7 +383,7 @@ void attention_f32(const float* qf, int B, int Hq, int L, int D, const mx::array
       AttnArgs a = base(b, kh);
       a.q = q_at(b, kh, l);
       a.s0 = s0;
-      a.s1 = std::min(rows, s0 + kKeyChunk);
+      a.s1 = std::min(rows, (c + 1) * kKeyChunk);
       a.scores = sc.data();
       a.out = part.data() + static_cast<size_t>(t) * group * D;
       a.m = pm + static_cast<ptrdiff_t>(t) * group;
@@ -399,6 +437,7 @@ void attention_f32(const float* qf, int B, int Hq, int L, int D, const mx::array
             AttnArgs a = args;
             a.q = q_at(b, kh, l);
             a.s1 = S - L + l + 1;
+            a.s0 = first_key(a.s1);
             a.scores = scores.data();
             a.out = o_at(b, kh, l);
             a.m = m.data();
@@ -478,16 +517,18 @@ void write_rows_as(const float* src, int B, int H, int L, int hd, int offset, mx
     write_rows<mx::float16_t>(src, B, H, L, hd, offset, buf);
 }
 
-// The whole layer: inputs x, input_norm, post_norm, q, k, v, o, gate, up, down (QLinear each),
-// [q_norm, k_norm], keys, values; outputs h, keys, values.
+// The whole layer: inputs x, input_norm, post_norm, [attn_out, mlp_out (sandwich norms)], q, k, v,
+// o, gate, up, down (QLinear each), [q_norm, k_norm], keys, values; outputs h, keys, values.
 class DecoderLayerPrim : public mx::Primitive {
  public:
   DecoderLayerPrim(mx::Stream s, const DecoderLayerSpec& spec, int offset, bool in_place,
-                   const DecoderLayerWeights& w, Isa isa, Int8Mode int8)
+                   const KvSlots& slots, const DecoderLayerWeights& w, Isa isa, Int8Mode int8)
       : mx::Primitive(s),
         spec_(spec),
         offset_(offset),
         in_place_(in_place),
+        slots_(slots),
+        sandwich_(w.sandwich.has_value()),
         q_(w.q),
         k_(w.k),
         v_(w.v),
@@ -516,14 +557,15 @@ class DecoderLayerPrim : public mx::Primitive {
         copy[t] = true;
       }
     }
-    size_t i = 3;
+    size_t i = sandwich_ ? 5 : 3;
     Layer q = take(in, i, q_), k = take(in, i, k_), v = take(in, i, v_), o = take(in, i, o_),
           g = take(in, i, g_), u = take(in, i, u_), d = take(in, i, d_);
     std::vector<mx::array> ins = weak_copies(in), outs = weak_copies(out);
-    enc.dispatch([spec = spec_, offset = offset_, isa = isa_, int8 = int8_, q = std::move(q),
-                  k = std::move(k), v = std::move(v), o = std::move(o), g = std::move(g),
-                  u = std::move(u), d = std::move(d), ins = std::move(ins), outs = std::move(outs),
-                  copy0 = copy[0], copy1 = copy[1]]() mutable {
+    enc.dispatch([spec = spec_, offset = offset_, slots = slots_, sandwich = sandwich_, isa = isa_,
+                  int8 = int8_, q = std::move(q), k = std::move(k), v = std::move(v),
+                  o = std::move(o), g = std::move(g), u = std::move(u), d = std::move(d),
+                  ins = std::move(ins), outs = std::move(outs), copy0 = copy[0],
+                  copy1 = copy[1]]() mutable {
       const mx::array& x = ins[0];
       const int B = x.shape(0), L = x.shape(1), D = x.shape(2), M = B * L;
       const QkvSpec& qs = spec.qkv;
@@ -533,7 +575,13 @@ class DecoderLayerPrim : public mx::Primitive {
       const size_t n = ins.size();
       if (copy0) std::memcpy(kbuf.data<char>(), ins[n - 2].data<char>(), kbuf.nbytes());
       if (copy1) std::memcpy(vbuf.data<char>(), ins[n - 1].data<char>(), vbuf.nbytes());
-      std::vector<float> h = f32(x), nw = f32(ins[1]), pw = f32(ins[2]), hn[2];
+      std::vector<float> h = f32(x), nw = f32(ins[1]), pw = f32(ins[2]), hn[2], sw[2];
+      Sandwich norms;
+      if (sandwich) {
+        sw[0] = f32(ins[3]);
+        sw[1] = f32(ins[4]);
+        norms = {sw[0].data(), sw[1].data()};
+      }
       const float* head_norm[2] = {nullptr, nullptr};
       if (qs.qk_norm_eps)
         for (int t = 0; t < 2; ++t) {
@@ -545,13 +593,17 @@ class DecoderLayerPrim : public mx::Primitive {
               D, isa, int8, y);
       // The rounding the layer's separate primitives apply to q and to the attention output.
       round_to(x.dtype(), y[0].data(), y[0].size());
-      write_rows_as(y[1].data(), B, qs.n_kv_heads, L, hd, offset, kbuf);
-      write_rows_as(y[2].data(), B, qs.n_kv_heads, L, hd, offset, vbuf);
+      const int pos = slots.pos < 0 ? offset : slots.pos;
+      const int rows = slots.pos < 0 ? offset + L : slots.rows;
+      write_rows_as(y[1].data(), B, qs.n_kv_heads, L, hd, pos, kbuf);
+      write_rows_as(y[2].data(), B, qs.n_kv_heads, L, hd, pos, vbuf);
       std::vector<float> attn(static_cast<size_t>(M) * qs.n_heads * hd);
-      attention_f32(y[0].data(), B, qs.n_heads, L, hd, kbuf, vbuf, offset + L, spec.attn_scale, isa,
-                    attn.data());
+      attention_f32(y[0].data(), B, qs.n_heads, L, hd, kbuf, vbuf, rows, spec.attn_scale, isa,
+                    attn.data(), slots.window);
       round_to(x.dtype(), attn.data(), attn.size());
-      out_mlp_f32(h.data(), attn.data(), M, D, pw.data(), spec.mlp_norm_eps, o, g, u, d, isa, int8);
+      out_mlp_f32(h.data(), attn.data(), M, D, pw.data(), spec.mlp_norm_eps, o, g, u, d, isa, int8,
+                  spec.act, norms);
+      if (sandwich && x.dtype() == mx::float16) clip_f16(h);
       from_f32(h.data(), outs[0]);
     });
   }
@@ -565,6 +617,8 @@ class DecoderLayerPrim : public mx::Primitive {
   DecoderLayerSpec spec_;
   int offset_;
   bool in_place_;
+  KvSlots slots_;
+  bool sandwich_;
   QLinear q_, k_, v_, o_, g_, u_, d_;  // layouts only; the arrays are the inputs
   Isa isa_;
   Int8Mode int8_;
@@ -693,7 +747,8 @@ mx::array causal_attention(const mx::array& q, const mx::array& k, const mx::arr
 
 mx::array out_proj_mlp(const mx::array& h, const mx::array& attn, const QLinear& o,
                        const mx::array& norm_weight, float norm_eps, const QLinear& gate,
-                       const QLinear& up, const QLinear& down) {
+                       const QLinear& up, const QLinear& down, Activation act,
+                       const std::optional<SandwichNorms>& sandwich) {
   const char* where = "out_proj_mlp";
   const int D = h.shape(-1);
   check_linear(o, attn.shape(-1), where);
@@ -704,16 +759,23 @@ mx::array out_proj_mlp(const mx::array& h, const mx::array& attn, const QLinear&
             !gate.bias && !up.bias && !down.bias,
         where, "expected bias-free projections back to ", D, " features");
   std::vector<mx::array> in = {h, attn, norm_weight};
+  if (sandwich) {
+    for (const mx::array* n : {&sandwich->attn_out, &sandwich->mlp_out})
+      check(n->ndim() == 1 && n->shape(0) == D, where, "expected sandwich norm weights of ", D,
+            " features");
+    in.insert(in.end(), {sandwich->attn_out, sandwich->mlp_out});
+  }
   for (const QLinear* l : {&o, &gate, &up, &down}) push(in, *l);
-  auto prim = std::make_shared<OutProjMlp>(mx::default_stream(mx::Device::cpu), norm_eps, o, gate,
-                                           up, down, active_isa(), int8_mode());
+  auto prim =
+      std::make_shared<OutProjMlp>(mx::default_stream(mx::Device::cpu), norm_eps, o, gate, up,
+                                   down, act, sandwich.has_value(), active_isa(), int8_mode());
   return mx::array(h.shape(), h.dtype(), prim, in);
 }
 
 std::vector<mx::array> decoder_layer(const mx::array& x, const mx::array& keys,
                                      const mx::array& values, int offset,
                                      const DecoderLayerWeights& w, const DecoderLayerSpec& spec,
-                                     bool in_place) {
+                                     bool in_place, const KvSlots& slots) {
   const char* where = "decoder_layer";
   const QkvSpec& qs = spec.qkv;
   check(qs.qk_norm_eps.has_value() == w.qk_norm.has_value(), where,
@@ -734,18 +796,31 @@ std::vector<mx::array> decoder_layer(const mx::array& x, const mx::array& keys,
             !w.o.bias && !w.gate.bias && !w.up.bias && !w.down.bias,
         where, "expected bias-free projections back to ", D, " features");
   const mx::Shape buf{B, qs.n_kv_heads, keys.ndim() == 4 ? keys.shape(2) : 0, hd};
-  check(keys.shape() == buf && values.shape() == buf && offset >= 0 && offset + L <= buf[2] &&
-            keys.dtype() == values.dtype() &&
+  const int pos = slots.pos < 0 ? offset : slots.pos;
+  const int rows = slots.pos < 0 ? offset + L : slots.rows;
+  check(slots.window >= 0 && rows <= buf[2] && (L == 1 ? pos < rows : pos + L == rows), where,
+        "expected the new rows at ", pos, " inside the ", rows, " rows attention reads (the last ",
+        "ones for a step of ", L, " > 1) and a window >= 0, got window ", slots.window);
+  check(keys.shape() == buf && values.shape() == buf && offset >= 0 && pos >= 0 &&
+            pos + L <= buf[2] && keys.dtype() == values.dtype() &&
             (keys.dtype() == mx::float32 || keys.dtype() == mx::bfloat16 ||
              keys.dtype() == mx::float16),
         where, "expected cache buffers (", B, ", ", qs.n_kv_heads, ", >= ", offset + L, ", ", hd,
         ") of one float dtype");
+  for (const mx::array* n : {&w.input_norm, &w.post_norm})
+    check(n->ndim() == 1 && n->shape(0) == D, where, "expected norm weights of ", D, " features");
   std::vector<mx::array> in = {x, w.input_norm, w.post_norm};
+  if (w.sandwich) {
+    for (const mx::array* n : {&w.sandwich->attn_out, &w.sandwich->mlp_out})
+      check(n->ndim() == 1 && n->shape(0) == D, where, "expected sandwich norm weights of ", D,
+            " features");
+    in.insert(in.end(), {w.sandwich->attn_out, w.sandwich->mlp_out});
+  }
   for (const QLinear* l : {&w.q, &w.k, &w.v, &w.o, &w.gate, &w.up, &w.down}) push(in, *l);
   if (w.qk_norm) in.insert(in.end(), {w.qk_norm->q, w.qk_norm->k});
   in.insert(in.end(), {keys, values});
   auto prim = std::make_shared<DecoderLayerPrim>(mx::default_stream(mx::Device::cpu), spec, offset,
-                                                 in_place, w, active_isa(), int8_mode());
+                                                 in_place, slots, w, active_isa(), int8_mode());
   return mx::array::make_arrays({x.shape(), keys.shape(), values.shape()},
                                 {x.dtype(), keys.dtype(), values.dtype()}, prim, in);
 }

@@ -48,31 +48,56 @@ std::vector<mx::array> norm_qkv_rope(const mx::array& x, const mx::array& norm_w
                                      const QkvSpec& spec, int offset,
                                      const std::optional<QkNorm>& qk_norm = std::nullopt);
 
-// h (B, L, D), attn (B, L, n_heads * head_dim) -> h1 + down(silu(gate(n)) * up(n)) with
-// h1 = h + o(attn) and n = rms_norm(h1) * norm_weight, in h's dtype.
+// The MLP's gate activation: silu (SwiGLU, llama) or mlx.nn.gelu_approx (GeGLU, gemma).
+enum class Activation { silu, gelu_approx };
+
+// Gemma's sandwich norms around both sublayers' outputs, (D,) each, eps the MLP norm's: h1 = h + rms_norm(o(attn)) * attn_out; out = h1 + rms_norm(mlp(n)) * mlp_out.
+struct SandwichNorms {
+  mx::array attn_out, mlp_out;
+};
+
+// h (B, L, D), attn (B, L, n_heads * head_dim) -> h1 + down(act(gate(n)) * up(n)) with
+// h1 = h + o(attn) and n = rms_norm(h1) * norm_weight, in h's dtype; with sandwich norms each
+// branch is normed before its add (and float16 sums are clipped to float16's range).
 mx::array out_proj_mlp(const mx::array& h, const mx::array& attn, const QLinear& o,
                        const mx::array& norm_weight, float norm_eps, const QLinear& gate,
-                       const QLinear& up, const QLinear& down);
+                       const QLinear& up, const QLinear& down, Activation act = Activation::silu,
+                       const std::optional<SandwichNorms>& sandwich = std::nullopt);
 
 struct DecoderLayerWeights {
   mx::array input_norm;
   QLinear q, k, v;
   std::optional<QkNorm> qk_norm;
   QLinear o;
-  mx::array post_norm;
+  mx::array post_norm;  // the norm before the MLP (gemma: pre_feedforward_layernorm)
   QLinear gate, up, down;
+  std::optional<SandwichNorms> sandwich = std::nullopt;
 };
 
 struct DecoderLayerSpec {
   QkvSpec qkv;
   float attn_scale = 1.0f;
   float mlp_norm_eps = 1e-5f;
+  Activation act = Activation::silu;
 };
 
-// A whole dense decoder layer as one primitive, over a plain KV cache: norm_qkv_rope, K and V
-// written into rows [offset, offset + L) of the cache buffers keys, values (B, n_kv_heads,
-// capacity, head_dim) of one float dtype (x's, or float16 under float32 x: the rounding is the
-// cache's), causal attention over rows [0, offset + L), out_proj_mlp.
+// Where a decoder_layer step's K and V rows go in the cache buffers and what attention reads.
+// The default (pos < 0): a plain cache, rows [offset, offset + L) written, rows [0, offset + L)
+// read. A ring (RotatingKVCache) writes at pos and reads rows [0, rows): for L > 1 the new rows
+// are the last ones (pos + L == rows), for L == 1 the ring may hold its rows in any order (one
+// query needs no order). window > 0: query l also skips keys more than window - 1 rows before
+// its own (mlx-lm's windowed causal mask).
+struct KvSlots {
+  int pos = -1, rows = -1;
+  int window = 0;
+};
+
+// A whole dense decoder layer as one primitive, over a plain KV cache or a ring (slots):
+// norm_qkv_rope at position offset, K and V written into rows [offset, offset + L) (or slots.pos
+// ..) of the cache buffers keys, values (B, n_kv_heads, capacity, head_dim) of one float dtype
+// (x's, or float16 under float32 x: the rounding is the cache's), causal attention over rows [0,
+// offset + L) (or slots.rows, windowed), out_proj_mlp (with w.sandwich and spec.act: gemma's
+// layer; float16 activations are clipped to float16's range, as gemma's clip_residual).
 // Returns {h (B, L, D), keys, values}: the buffers with the new rows. in_place: the caller (the
 // KV cache) vouches that no other array shares keys' and values' memory, and the outputs share
 // it (as MLX's slice_update on a donated buffer); otherwise they are copies. The same
@@ -80,7 +105,7 @@ struct DecoderLayerSpec {
 std::vector<mx::array> decoder_layer(const mx::array& x, const mx::array& keys,
                                      const mx::array& values, int offset,
                                      const DecoderLayerWeights& w, const DecoderLayerSpec& spec,
-                                     bool in_place = false);
+                                     bool in_place = false, const KvSlots& slots = {});
 
 // Causal attention, bottom-right aligned (query l of L sees keys 0 .. S - L + l), of q (B, Hq, L,
 // D) against k, v (B, Hkv, S, D) with a unit-stride last axis (a KV cache's view); Hq / Hkv
