@@ -1,6 +1,8 @@
 // Quantized matmul for MLX affine weights on NVIDIA GPUs (tier L3 of the CUDA build): decode-sized
-// calls (1 to kMaxRows rows) run lmx's tensor-core kernel (kernels/cuda/qmv.cuh, compiled by
-// NVRTC through mx::fast::cuda_kernel); every other call is mx::quantized_matmul.
+// calls (1 to kMaxRows rows) run lmx's tensor-core kernel (kernels/cuda/qmv.cuh, compiled ahead
+// of time by nvcc and launched by an MLX primitive of lmx's own; LMX_CUDA_QMV_JIT=1 compiles it
+// with NVRTC through mx::fast::cuda_kernel instead, for comparison); every other call is
+// mx::quantized_matmul.
 #pragma once
 
 #include <mlx/mlx.h>
@@ -47,7 +49,8 @@ bool takes_kernel(const mx::array& x, const mx::array& w, const mx::array& scale
 
 // The kernel alone (no fallback): an error for arguments it does not take. For tests and
 // benchmarks; `prefill` fills the output before the kernel runs (a test sees every element the
-// kernel leaves unwritten).
+// kernel leaves unwritten). Inputs that are not row-contiguous when it runs are copied densely
+// first (on the GPU, by the fat binary's copy kernel).
 mx::array qmv(const mx::array& x, const mx::array& w, const mx::array& scales,
               const mx::array& biases, const QmmOptions& opt,
               std::optional<float> prefill = std::nullopt);
