@@ -71,8 +71,9 @@ cp -p "${bins[@]}" "$stage/bin/"
 # bench/gpu/profile.sh's kernel tracer (needs libcupti.so.13 there, not here).
 [[ -f "$build/liblmx_ktrace.so" ]] && cp -p "$build/liblmx_ktrace.so" "$stage/bin/"
 # Shared libraries the binaries need besides libmlx and the C/C++ runtime, copied under their
-# sonames into bin/lib (found first through RUNPATH $ORIGIN/lib).
-system='^(libc|libm|libstdc\+\+|libgcc_s|libpthread|libdl|librt|ld-linux-x86-64)\.so'
+# sonames into bin/lib (found first through RUNPATH $ORIGIN/lib). libcuda.so.1 is the GPU
+# machine's driver library (tier L3's kernels load through it), never packed.
+system='^(libc|libm|libstdc\+\+|libgcc_s|libpthread|libdl|librt|ld-linux-x86-64|libcuda)\.so'
 for lib in $(for b in "${bins[@]}"; do readelf -d "$b" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p'; done |
              sort -u); do
   [[ "$lib" == libmlx.so || "$lib" =~ $system ]] && continue

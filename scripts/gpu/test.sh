@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # GPU machine, after scripts/gpu/unpack.sh: the CUDA build's checks in one call (docs/gpu.md).
 #   1. lmx_tests_unit's CudaQmm* (lmx's GEMV against a float32 reference and MLX's op), through
-#      the MLX primitive (the default) and through mx::fast::cuda_kernel (LMX_CUDA_QMV_JIT=1);
+#      lmx's MLX primitive (the default), with UNIT_JIT=1 also through mx::fast::cuda_kernel
+#      (LMX_CUDA_QMV_JIT=1: NVRTC compiles each layout, a minute or more);
 #   2. mlx-lm's reference on the GPU for ROWS (gen_tiny_models.py --device gpu), then
 #      lmx_tests_models: L1 parity (Rows/Parity.*, bit-exact with mlx-lm) and tier L3's gates
 #      against L1 on the GPU (Rows/CudaTiers.*: teacher-forced KL <= 1e-3, top-1 >= 99%, greedy).
@@ -21,7 +22,8 @@ status=0
 summary=()
 gtest_counts() { grep -E '^\[  PASSED  \]|^\[  FAILED  \] [0-9]+ test' "$1" | tr '\n' ' '; }
 
-for jit in 0 1; do
+jits=(0); [[ "${UNIT_JIT:-0}" == 1 ]] && jits+=(1)
+for jit in "${jits[@]}"; do
   log="$out/test-unit-jit$jit.log"
   timeout "${TEST_TIMEOUT:-300}" env LMX_CUDA_QMV_JIT=$jit lmx_tests_unit \
     --gtest_filter='*CudaQmm*' --gtest_brief=1 >"$log" 2>&1

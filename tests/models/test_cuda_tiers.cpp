@@ -1,6 +1,7 @@
 // Tier L3 on the GPU (lmx's CUDA quantized GEMV, kernels/cuda/qmm.h) against tier L1 on the GPU
 // (stock MLX, bit-exact with mlx-lm) on the parity rows whose widths MLX's CUDA quantized kernels
-// take (`_a512_` / `_a1024_`, scripts/gen_tiny_models.py): teacher-forced next-token distributions
+// take (`_a512_` / `_a1024_`, scripts/gen_tiny_models.py) and whose layout L3 routes to the kernel
+// (kernels::cuda::routed: not group 32): teacher-forced next-token distributions
 // through decode-sized steps (1 to kMaxRows tokens, the calls the kernel takes) with mean KL
 // <= 1e-3 and top-1 agreement >= 99%, and greedy outputs. CUDA builds only (tests/CMakeLists.txt);
 // run on the GPU machine by scripts/gpu/test.sh.
@@ -14,6 +15,7 @@
 
 #include "core/json.h"
 #include "kernels/cuda/qmm.h"
+#include "kernels/cuda/routing.h"
 #include "models/model.h"
 #include "test_util.h"
 #include "tier_gate.h"
@@ -34,7 +36,9 @@ std::vector<std::string> cuda_rows() {
     json meta = read_json_file(parity_dir() / "index.json");
     for (const auto& row : meta.at("rows")) {
       const auto name = row.at("name").get<std::string>();
-      if (!row.at("quantization").is_null() && row.at("kv_cache").is_null() &&
+      const auto& q = row.at("quantization");
+      if (!q.is_null() && row.at("kv_cache").is_null() &&
+          kernels::cuda::routed(q.at("bits").get<int>(), q.at("group_size").get<int>()) &&
           (name.find("_a512_") != std::string::npos || name.find("_a1024_") != std::string::npos))
         rows.push_back(name);
     }

@@ -13,6 +13,7 @@
 
 #include "core/error.h"
 #include "kernels/cuda/qmv_source.h"
+#include "kernels/cuda/routing.h"
 
 #if LMX_CUDA_BUILD
 #include <cuda.h>
@@ -285,7 +286,7 @@ bool available() {
 bool enabled() {
   static const bool on = [] {
     const char* v = std::getenv("LMX_CUDA_KERNELS");
-    const std::string s = v ? v : "0";
+    const std::string s = v ? v : "1";
     check(s == "0" || s == "1", "LMX_CUDA_KERNELS", "expected 0 or 1, got '", s, "'");
     return s == "1";
   }();
@@ -298,6 +299,8 @@ bool supports(int bits, int group_size, const std::string& mode, mx::Dtype scale
          (scale_dtype == mx::bfloat16 || scale_dtype == mx::float16) && mode == "affine" && N > 0 &&
          N % kFeatures == 0 && K > 0 && K % 128 == 0;
 }
+
+bool routed(int bits, int group_size) { return group_size != 32; }
 
 bool takes_kernel(const mx::array& x, const mx::array& w, const mx::array& scales,
                   const QmmOptions& opt) {

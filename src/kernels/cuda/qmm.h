@@ -19,9 +19,9 @@ constexpr int kMaxRows = 16;
 // Whether the kernel can run in this process: a CUDA build whose default device is the GPU.
 bool available();
 
-// LMX_CUDA_KERNELS=1 turns tier L3's CUDA kernel on (read once; 0 or unset: off, anything else
-// an error naming the variable). Off by default: whole-model decode with it was still slower
-// than stock MLX on the H100 (docs/gpu.md), and its tier gates on the GPU are not run yet.
+// Tier L3's CUDA kernel is the GPU default; LMX_CUDA_KERNELS=0 turns it off (read once; 1 or unset:
+// on, anything else an error naming the variable); --exact keeps L1. Qwen3-4B 4-bit decode: 1.29x
+// L1 on an H100 (docs/benchmarks.md); layouts routed to it: routing.h. GPU gates: docs/gpu.md.
 bool enabled();
 
 // Whether the kernel handles this layer's layout: affine mode, 4 or 8 bits, groups 32/64/128,
