@@ -20,7 +20,7 @@ constexpr int kMaxRows = 16;
 bool available();
 
 // Tier L3's CUDA kernel is the GPU default; LMX_CUDA_KERNELS=0 turns it off (read once; 1 or unset:
-// on, anything else an error naming the variable); --exact keeps L1. Qwen3-4B 4-bit decode: 1.29x
+// on, other values an error naming the variable), --exact keeps L1. Qwen3-4B 4-bit decode 1.2-1.3x
 // L1 on an H100 (docs/benchmarks.md); layouts routed to it: routing.h. GPU gates: docs/gpu.md.
 bool enabled();
 
