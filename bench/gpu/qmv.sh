@@ -3,8 +3,11 @@
 # issue 21). Logs and results go to $OUT (else /tmp).
 #   bench/gpu/qmv.sh test          lmx_tests_unit's CudaQmm* (the kernel against mx::quantized_matmul)
 #   bench/gpu/qmv.sh micro [ARGS]  bench/gpu/qmv_bench.py under the CUPTI tracer, then its report
-#   bench/gpu/qmv.sh e2e MODEL     lmx bench L3 and L1 (--exact), mlx-lm, decode and prefill
-# Environment: STEP_TIMEOUT (seconds a step, default 240), WORKLOADS (default 16:128,512:1).
+#   bench/gpu/qmv.sh e2e MODEL     lmx bench per tier in TIERS, then mlx-lm, decode and prefill
+# Environment: STEP_TIMEOUT (seconds a step, default 240), WORKLOADS (default 16:128,512:1),
+# TIERS (default "l3 l1"; l1: --exact, l3: the kernel as an MLX primitive (the default),
+# l3jit: through mx::fast::cuda_kernel (LMX_CUDA_QMV_JIT=1); a tier named twice runs twice and
+# its files get a suffix), TRIALS (default 3).
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 prefix="${LMX_GPU_PREFIX:-/tmp/lmx}"
@@ -40,12 +43,17 @@ case "${1:-}" in
   e2e)
     model="${2:?model dir}"
     wl="${WORKLOADS:-16:128,512:1}"
-    for tier in l3 l1; do
-      flag=(); [[ $tier == l1 ]] && flag=(--exact)
-      timeout "$step" lmx bench --model "$model" --workloads "$wl" --trials "${TRIALS:-3}" "${flag[@]}" \
-        >"$out/e2e-lmx-$tier.jsonl" 2>"$out/e2e-lmx-$tier.err"
-      echo "qmv: lmx $tier rc=$? after $((SECONDS - t0)) s"
-      cat "$out/e2e-lmx-$tier.jsonl"
+    declare -A seen=()
+    for tier in ${TIERS:-l3 l1}; do
+      flag=(); jit=0
+      [[ $tier == l1 ]] && flag=(--exact)
+      [[ $tier == l3jit ]] && jit=1
+      seen[$tier]=$((${seen[$tier]:-0} + 1))
+      name="$tier"; ((seen[$tier] > 1)) && name="$tier-${seen[$tier]}"
+      timeout "$step" env LMX_CUDA_QMV_JIT=$jit lmx bench --model "$model" --workloads "$wl" \
+        --trials "${TRIALS:-3}" "${flag[@]}" >"$out/e2e-lmx-$name.jsonl" 2>"$out/e2e-lmx-$name.err"
+      echo "qmv: lmx $name rc=$? after $((SECONDS - t0)) s"
+      sed "s/^{/{\"run\": \"$name\", /" "$out/e2e-lmx-$name.jsonl"
     done
     timeout "$step" python3 "$here/mlx_lm_bench.py" "$model" --workloads "$wl" -n "${TRIALS:-3}" \
       >"$out/e2e-mlx-lm.jsonl" 2>"$out/e2e-mlx-lm.err"

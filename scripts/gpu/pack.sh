@@ -4,7 +4,9 @@
 #   scripts/gpu/pack.sh [BUILD_DIR]      (default build-cuda, made by
 #                                         scripts/bootstrap.sh --cuda &&
 #                                         source scripts/common.sh && build_lmx build-cuda -DLMX_BACKEND=cuda)
-# Environment: LMX_GPU_PART_MAX (bytes, default 48 MiB), LMX_GPU_XZ_LEVEL (default 6).
+# Environment: LMX_GPU_PART_MAX (bytes, default 48 MiB), LMX_GPU_XZ_LEVEL (default 6),
+# LMX_GPU_OUT (where the parts go, default .gpu of this checkout: a helper's worktree packs into
+# the checkout the device tool sends, e.g. LMX_GPU_OUT=/work/main/.gpu).
 # The bundle (one tar.xz, split into parts) holds, in the layout of a pip --target directory:
 #   bin/lmx, bin/lmx_tests_*        the CUDA build (RUNPATH $ORIGIN/lib:$ORIGIN/../mlx/lib)
 #   bin/liblmx_ktrace.so            the CUPTI kernel tracer of bench/gpu/profile.sh
@@ -17,7 +19,9 @@ root="$(cd "$(dirname "$0")/../.." && pwd)"
 cd "$root"
 source scripts/versions.env
 build="${1:-build-cuda}"
-gpu="$root/.gpu"
+gpu="${LMX_GPU_OUT:-$root/.gpu}"
+mkdir -p "$gpu"
+gpu="$(cd "$gpu" && pwd)"
 limit=$((64 * 1024 * 1024))       # one device call: working tree + carried paths
 margin=$((4 * 1024 * 1024))       # room for the tree to grow between packing and the calls
 part_max="${LMX_GPU_PART_MAX:-$((48 * 1024 * 1024))}"
@@ -67,8 +71,9 @@ cp -p "${bins[@]}" "$stage/bin/"
 # bench/gpu/profile.sh's kernel tracer (needs libcupti.so.13 there, not here).
 [[ -f "$build/liblmx_ktrace.so" ]] && cp -p "$build/liblmx_ktrace.so" "$stage/bin/"
 # Shared libraries the binaries need besides libmlx and the C/C++ runtime, copied under their
-# sonames into bin/lib (found first through RUNPATH $ORIGIN/lib).
-system='^(libc|libm|libstdc\+\+|libgcc_s|libpthread|libdl|librt|ld-linux-x86-64)\.so'
+# sonames into bin/lib (found first through RUNPATH $ORIGIN/lib). libcuda.so.1 is the GPU
+# machine's driver library (tier L3's kernels load through it), never packed.
+system='^(libc|libm|libstdc\+\+|libgcc_s|libpthread|libdl|librt|ld-linux-x86-64|libcuda)\.so'
 for lib in $(for b in "${bins[@]}"; do readelf -d "$b" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p'; done |
              sort -u); do
   [[ "$lib" == libmlx.so || "$lib" =~ $system ]] && continue

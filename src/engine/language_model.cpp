@@ -108,7 +108,7 @@ std::string describe_tier(bool cpu_kernels, bool cuda_kernels = false) {
 
 std::string tier_description(const LoadOptions& options) {
   return describe_tier(!options.exact && mx::default_device() == mx::Device::cpu,
-                       !options.exact && kernels::cuda::available());
+                       !options.exact && kernels::cuda::available() && kernels::cuda::enabled());
 }
 
 std::string LanguageModel::tier() const {

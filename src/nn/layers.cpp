@@ -10,6 +10,7 @@
 #include "kernels/cpu/fused.h"
 #include "kernels/cpu/qmm.h"
 #include "kernels/cuda/qmm.h"
+#include "kernels/cuda/routing.h"
 #include "nn/adapter_router.h"
 
 namespace lmx::nn {
@@ -52,7 +53,7 @@ void compact_scales(mx::array& scales, mx::array& biases) {
 // (out features N, in features K); calls of more rows than it takes run mx::quantized_matmul.
 bool use_cuda_kernel(const WeightStore& w, const QuantSpec& q, const mx::array& scales,
                      const std::optional<mx::array>& biases, int out, int in) {
-  return w.cuda_kernels() && biases &&
+  return w.cuda_kernels() && biases && kernels::cuda::routed(q.bits, q.group_size) &&
          kernels::cuda::supports(q.bits, q.group_size, q.mode, scales.dtype(), out, in);
 }
 

@@ -143,5 +143,39 @@ TEST(CudaQmmApi, ShapesFallbackAndErrors) {
   EXPECT_FALSE(kc::supports(4, 64, "affine", mx::float32, 32, 256));
 }
 
+// Inputs that are views, not row-contiguous, when the kernel runs: the primitive copies them
+// densely first (the fat binary's copy kernels, 2-byte for x / scales / biases, 4-byte for w).
+TEST(CudaQmmApi, StridedInputs) {
+  ASSERT_TRUE(kc::available());
+  const int N = 48, K = 512, gs = 64, bits = 4;
+  const kc::QmmOptions opt{.group_size = gs, .bits = bits};
+  Quantized q = quantize(N, K, gs, bits, mx::bfloat16, 11);
+  // Each of w, scales, biases as the left half of a wider array: row stride twice the width.
+  auto left = [](const mx::array& a) { return mx::slice(a, {0, 0}, {a.shape(0), a.shape(1) / 2}); };
+  Quantized views = q;
+  views.w = left(mx::concatenate({q.w, q.w}, 1));
+  views.scales = left(mx::concatenate({q.scales, q.scales}, 1));
+  views.biases = left(mx::concatenate({q.biases, q.biases}, 1));
+  for (int M : {1, 5, 12}) {
+    SCOPED_TRACE("M=" + std::to_string(M));
+    // x (M, K) as the transpose of a (K, M) array.
+    mx::array xt =
+        mx::astype(mx::random::normal({K, M}, mx::float32, mx::random::key(20 + M)), mx::bfloat16);
+    mx::array x = mx::transpose(xt);
+    mx::eval(x, views.w, views.scales, views.biases);
+    if (M > 1) {
+      ASSERT_FALSE(x.flags().row_contiguous);
+    }
+    ASSERT_FALSE(views.w.flags().row_contiguous);
+    ASSERT_FALSE(views.scales.flags().row_contiguous);
+    mx::array got = kc::qmv(x, views.w, views.scales, views.biases, opt,
+                            std::numeric_limits<float>::quiet_NaN());
+    mx::array want = reference(mx::contiguous(x), q, gs, bits, mx::bfloat16);
+    ASSERT_EQ(got.shape(), (mx::Shape{M, N}));
+    ASSERT_TRUE(mx::all(mx::isfinite(got)).item<bool>());
+    EXPECT_LT(rel_error(got, want), 2.0 / 256);
+  }
+}
+
 }  // namespace
 }  // namespace lmx

@@ -1,15 +1,27 @@
 #include "kernels/cuda/qmm.h"
 
-#include <cstdlib>
-
 #include <mlx/fast.h>
 
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
 #include "core/error.h"
 #include "kernels/cuda/qmv_source.h"
+#include "kernels/cuda/routing.h"
+
+#if LMX_CUDA_BUILD
+#include <cuda.h>
+#include <mlx/backend/cuda/device.h>
+#include <mlx/primitives.h>
+
+#include "kernels/cuda/qmv_fatbin.h"
+#endif
 
 namespace lmx::kernels::cuda {
 
@@ -35,6 +47,235 @@ int rows_of(const mx::array& x) {
   return x.ndim() == 0 ? 0 : static_cast<int>(x.size() / x.shape(-1));
 }
 
+// LMX_CUDA_QMV_JIT=1: the kernel through mx::fast::cuda_kernel (NVRTC) instead of the primitive
+// below, for comparing the two in one benchmark call.
+[[maybe_unused]] bool use_jit() {
+  static const bool on = [] {
+    const char* v = std::getenv("LMX_CUDA_QMV_JIT");
+    const std::string s = v ? v : "0";
+    check(s == "0" || s == "1", "LMX_CUDA_QMV_JIT", "expected 0 or 1, got '", s, "'");
+    return s == "1";
+  }();
+  return on;
+}
+
+#if LMX_CUDA_BUILD
+// Tier L3's GEMV as an MLX primitive. mx::fast::cuda_kernel pays for the kernel's source text on
+// every call (MLX builds the whole source string when the op is made, and hashes it again in
+// eval_gpu to find the compiled module: about 9 KB twice per call, 253 calls per Qwen3-4B token),
+// which made whole decode host-bound. Here the kernels are compiled ahead of time (nvcc,
+// qmv_kernels.cu), loaded once, and a call costs what MLX's own kernels cost: one graph node.
+
+void check_cu(CUresult r, const char* what) {
+  if (r == CUDA_SUCCESS) return;
+  const char* msg = nullptr;
+  cuGetErrorString(r, &msg);
+  check(false, "cuda quantized_matmul", what, " failed, expected CUDA_SUCCESS, got ", int(r), " (",
+        msg ? msg : "unknown", ")");
+}
+
+// kernel index: dtype (bf16, f16) x bits (4, 8) x group size (32, 64, 128) x tiles (1, 2)
+int kernel_index(mx::Dtype t, int bits, int gs, int tt) {
+  const int g = gs == 32 ? 0 : gs == 64 ? 1 : 2;
+  return (((t == mx::float16 ? 1 : 0) * 2 + (bits == 8 ? 1 : 0)) * 3 + g) * 2 + (tt - 1);
+}
+
+// The fat binary's functions, loaded into the current (MLX's primary) context on first use.
+// Indices 24 and 25: lmx_dense_copy_2, lmx_dense_copy_4.
+CUfunction function(int index) {
+  static CUfunction fns[26] = {};
+  static std::once_flag once;
+  std::call_once(once, [] {
+    // bin2c's array has byte alignment; the loader reads the image as 8-byte words.
+    std::vector<unsigned long long> image((sizeof(lmx_qmv_fatbin) + 7) / 8);
+    std::memcpy(image.data(), lmx_qmv_fatbin, sizeof(lmx_qmv_fatbin));
+    CUmodule mod = nullptr;
+    check_cu(cuModuleLoadData(&mod, image.data()), "cuModuleLoadData(qmv fatbin)");
+    const char* types[2] = {"bf16", "f16"};
+    const int bitss[2] = {4, 8}, gss[3] = {32, 64, 128};
+    int i = 0;
+    for (auto* t : types)
+      for (int b : bitss)
+        for (int g : gss)
+          for (int tt = 1; tt <= 2; ++tt) {
+            const std::string name = std::string("lmx_qmv_") + t + "_" + std::to_string(b) + "_" +
+                                     std::to_string(g) + "_" + std::to_string(tt);
+            check_cu(cuModuleGetFunction(&fns[i++], mod, name.c_str()), name.c_str());
+          }
+    check_cu(cuModuleGetFunction(&fns[24], mod, "lmx_dense_copy_2"), "lmx_dense_copy_2");
+    check_cu(cuModuleGetFunction(&fns[25], mod, "lmx_dense_copy_4"), "lmx_dense_copy_4");
+  });
+  return fns[index];
+}
+
+// Device memory for the primitive's outputs. MLX's stream-ordered allocator is internal to
+// libmlx, so outputs come from this cache: a buffer returns here when its array dies, which MLX
+// delays until every kernel that used it has finished (eval keeps inputs alive to completion).
+// A buffer MLX moved to managed memory (a host read of the output) is freed instead.
+class OutputCache {
+ public:
+  mx::allocator::Data get(size_t nbytes, int device, CUstream stream) {
+    void* p = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto& v = free_[nbytes];
+      if (!v.empty()) {
+        p = v.back();
+        v.pop_back();
+      }
+    }
+    if (!p) {
+      CUdeviceptr d = 0;
+      check_cu(cuMemAllocAsync(&d, nbytes, stream), "cuMemAllocAsync");
+      p = reinterpret_cast<void*>(d);
+    }
+    auto* buf = new mx::cu::CudaBuffer{p, nbytes, device};
+    return mx::allocator::Data(mx::allocator::Buffer(buf), [this, device](mx::allocator::Buffer b) {
+      auto* cb = static_cast<mx::cu::CudaBuffer*>(b.ptr());
+      if (cb->device >= 0) {
+        std::lock_guard<std::mutex> lock(mu_);
+        free_[cb->size].push_back(cb->data);
+      } else {
+        // The deleter may run on MLX's completion thread, with no current context.
+        CUcontext ctx = nullptr;
+        CUdevice dev = 0;
+        cuDeviceGet(&dev, device);
+        cuDevicePrimaryCtxRetain(&ctx, dev);
+        cuCtxPushCurrent(ctx);
+        unsigned int managed = 0;
+        const auto ptr = reinterpret_cast<CUdeviceptr>(cb->data);
+        if (cuPointerGetAttribute(&managed, CU_POINTER_ATTRIBUTE_IS_MANAGED, ptr) == CUDA_SUCCESS &&
+            managed)
+          cuMemFree(ptr);
+        else
+          cuMemFreeHost(cb->data);
+        cuCtxPopCurrent(&ctx);
+        cuDevicePrimaryCtxRelease(dev);
+      }
+      delete cb;
+    });
+  }
+
+ private:
+  std::mutex mu_;
+  std::unordered_map<size_t, std::vector<void*>> free_;
+};
+
+OutputCache& output_cache() {
+  static auto* c = new OutputCache;  // outlives arrays freed at exit
+  return *c;
+}
+
+struct DenseStrides {
+  long long shape[8];
+  long long strides[8];
+};
+
+// x itself when row-contiguous, else a dense copy made on the encoder's stream (kept alive until
+// the graph completes).
+mx::array dense_input(const mx::array& x, mx::cu::CommandEncoder& enc) {
+  if (x.flags().row_contiguous) return x;
+  const int esize = static_cast<int>(x.itemsize());
+  check(x.ndim() <= 8 && (esize == 2 || esize == 4), "cuda quantized_matmul",
+        "expected a strided input of at most 8 dims and 2- or 4-byte elements, got ", x.ndim(),
+        " dims of ", esize, " bytes");
+  mx::array tmp(x.shape(), x.dtype(), nullptr, {});
+  CUstream cs = enc.stream();
+  tmp.set_data(output_cache().get(tmp.nbytes(), enc.device().cuda_device(), cs));
+  DenseStrides st{};
+  for (int d = 0; d < static_cast<int>(x.ndim()); ++d) {
+    st.shape[d] = x.shape(d);
+    st.strides[d] = x.strides()[d];
+  }
+  int ndim = static_cast<int>(x.ndim());
+  long long n = static_cast<long long>(x.size());
+  const void* ip = mx::gpu_ptr<void>(x);
+  void* op = mx::gpu_ptr<void>(tmp);
+  void* params[] = {&ip, &op, &st, &ndim, &n};
+  enc.set_input_array(x);
+  enc.set_output_array(tmp);
+  const long long blocks = std::min<long long>((n + 255) / 256, 1024);
+  enc.add_kernel_node_raw(function(esize == 2 ? 24 : 25), dim3(static_cast<unsigned>(blocks)),
+                          dim3(256), dim3(), 0, params);
+  enc.add_temporary(tmp);
+  return tmp;
+}
+
+class Qmv : public mx::UnaryPrimitive {
+ public:
+  Qmv(mx::Stream s, int bits, int group_size, std::optional<float> prefill)
+      : mx::UnaryPrimitive(s), bits_(bits), gs_(group_size), prefill_(prefill) {}
+
+  void eval_cpu(const std::vector<mx::array>&, mx::array&) override {
+    check(false, "cuda quantized_matmul",
+          "runs on the GPU only, expected a GPU stream, got the CPU");
+  }
+
+  void eval_gpu(const std::vector<mx::array>& raw, mx::array& out) override {
+    auto& enc = mx::cu::get_command_encoder(stream());
+    const std::vector<mx::array> inputs = {dense_input(raw[0], enc), dense_input(raw[1], enc),
+                                           dense_input(raw[2], enc), dense_input(raw[3], enc)};
+    const mx::array& x = inputs[0];
+    const mx::array& w = inputs[1];
+    const mx::array& s = inputs[2];
+    const mx::array& b = inputs[3];
+    CUstream cs = enc.stream();
+    out.set_data(output_cache().get(out.nbytes(), enc.device().cuda_device(), cs));
+    if (prefill_) {
+      // For tests: stream-ordered before the graph that holds the kernel.
+      const float v = *prefill_;
+      unsigned short bits16 = 0;
+      if (out.dtype() == mx::float16) {
+        const _Float16 h = static_cast<_Float16>(v);
+        std::memcpy(&bits16, &h, 2);
+      } else {
+        unsigned int f32 = 0;
+        std::memcpy(&f32, &v, 4);
+        bits16 = static_cast<unsigned short>(f32 >> 16);
+      }
+      check_cu(cuMemsetD16Async(reinterpret_cast<CUdeviceptr>(mx::gpu_ptr<void>(out)), bits16,
+                                out.size(), cs),
+               "cuMemsetD16Async");
+    }
+    const int K = x.shape(-1), N = w.shape(0), M = rows_of(x);
+    const int tt = M > 8 ? 2 : 1;
+    const CUfunction f = function(kernel_index(x.dtype(), bits_, gs_, tt));
+    const void* xp = mx::gpu_ptr<void>(x);
+    const void* wp = mx::gpu_ptr<void>(w);
+    const void* sp = mx::gpu_ptr<void>(s);
+    const void* bp = mx::gpu_ptr<void>(b);
+    void* op = mx::gpu_ptr<void>(out);
+    void* params[] = {
+        &xp, &wp, &sp, &bp, &op, const_cast<int*>(&M), const_cast<int*>(&N), const_cast<int*>(&K)};
+    for (const auto& in : inputs) enc.set_input_array(in);
+    enc.set_output_array(out);
+    enc.add_kernel_node_raw(f, dim3(N / kFeatures), dim3(kThreads), dim3(), 0, params);
+  }
+
+  const char* name() const override { return "LmxCudaQmv"; }
+
+  bool is_equivalent(const mx::Primitive& other) const override {
+    const auto& o = static_cast<const Qmv&>(other);
+    return bits_ == o.bits_ && gs_ == o.gs_ && prefill_ == o.prefill_;
+  }
+
+ private:
+  int bits_, gs_;
+  std::optional<float> prefill_;
+};
+
+mx::array qmv_primitive(const mx::array& x, const mx::array& w, const mx::array& scales,
+                        const mx::array& biases, const QmmOptions& opt,
+                        std::optional<float> prefill) {
+  mx::Shape out_shape = x.shape();
+  out_shape.back() = w.shape(0);
+  const mx::Stream s = mx::default_stream(mx::Device::gpu);
+  return mx::array(std::move(out_shape), x.dtype(),
+                   std::make_shared<Qmv>(s, opt.bits, opt.group_size, prefill),
+                   {x, w, scales, biases});
+}
+#endif
+
 }  // namespace
 
 bool available() {
@@ -45,7 +286,7 @@ bool available() {
 bool enabled() {
   static const bool on = [] {
     const char* v = std::getenv("LMX_CUDA_KERNELS");
-    const std::string s = v ? v : "0";
+    const std::string s = v ? v : "1";
     check(s == "0" || s == "1", "LMX_CUDA_KERNELS", "expected 0 or 1, got '", s, "'");
     return s == "1";
   }();
@@ -58,6 +299,8 @@ bool supports(int bits, int group_size, const std::string& mode, mx::Dtype scale
          (scale_dtype == mx::bfloat16 || scale_dtype == mx::float16) && mode == "affine" && N > 0 &&
          N % kFeatures == 0 && K > 0 && K % 128 == 0;
 }
+
+bool routed(int bits, int group_size) { return group_size != 32; }
 
 bool takes_kernel(const mx::array& x, const mx::array& w, const mx::array& scales,
                   const QmmOptions& opt) {
@@ -87,6 +330,9 @@ mx::array qmv(const mx::array& x, const mx::array& w, const mx::array& scales,
   check(scales.shape() == gshape && biases.shape() == gshape && biases.dtype() == scales.dtype(),
         where, "scales and biases must both be (", N, ", ", K / opt.group_size, ") of one dtype");
   check(available(), where, "needs a CUDA build running on the GPU");
+#if LMX_CUDA_BUILD
+  if (!use_jit()) return qmv_primitive(x, w, scales, biases, opt, prefill);
+#endif
   mx::Shape out_shape = x.shape();
   out_shape.back() = N;
   std::vector<mx::array> outs = kernel()(

@@ -1,6 +1,8 @@
 // Quantized matmul for MLX affine weights on NVIDIA GPUs (tier L3 of the CUDA build): decode-sized
-// calls (1 to kMaxRows rows) run lmx's tensor-core kernel (kernels/cuda/qmv.cuh, compiled by
-// NVRTC through mx::fast::cuda_kernel); every other call is mx::quantized_matmul.
+// calls (1 to kMaxRows rows) run lmx's tensor-core kernel (kernels/cuda/qmv.cuh, compiled ahead
+// of time by nvcc and launched by an MLX primitive of lmx's own; LMX_CUDA_QMV_JIT=1 compiles it
+// with NVRTC through mx::fast::cuda_kernel instead, for comparison); every other call is
+// mx::quantized_matmul.
 #pragma once
 
 #include <mlx/mlx.h>
@@ -17,9 +19,9 @@ constexpr int kMaxRows = 16;
 // Whether the kernel can run in this process: a CUDA build whose default device is the GPU.
 bool available();
 
-// LMX_CUDA_KERNELS=1 turns tier L3's CUDA kernel on (read once; 0 or unset: off, anything else
-// an error naming the variable). Off by default: whole-model decode with it was still slower
-// than stock MLX on the H100 (docs/gpu.md), and its tier gates on the GPU are not run yet.
+// Tier L3's CUDA kernel is the GPU default; LMX_CUDA_KERNELS=0 turns it off (read once; 1 or unset:
+// on, other values an error naming the variable), --exact keeps L1. Qwen3-4B 4-bit decode 1.2-1.3x
+// L1 on an H100 (docs/benchmarks.md); layouts routed to it: routing.h. GPU gates: docs/gpu.md.
 bool enabled();
 
 // Whether the kernel handles this layer's layout: affine mode, 4 or 8 bits, groups 32/64/128,
@@ -47,7 +49,8 @@ bool takes_kernel(const mx::array& x, const mx::array& w, const mx::array& scale
 
 // The kernel alone (no fallback): an error for arguments it does not take. For tests and
 // benchmarks; `prefill` fills the output before the kernel runs (a test sees every element the
-// kernel leaves unwritten).
+// kernel leaves unwritten). Inputs that are not row-contiguous when it runs are copied densely
+// first (on the GPU, by the fat binary's copy kernel).
 mx::array qmv(const mx::array& x, const mx::array& w, const mx::array& scales,
               const mx::array& biases, const QmmOptions& opt,
               std::optional<float> prefill = std::nullopt);

@@ -1,6 +1,7 @@
 // lmx quantized matmul for decode (1 to 16 rows) on NVIDIA GPUs (sm_80+), MLX affine layout.
-// Compiled at run time by NVRTC through mlx::core::fast::cuda_kernel (src/kernels/cuda/qmm.cpp)
-// and bench/gpu/qmv_bench.py, both from this file: it is the kernel's `header`, the body is
+// Compiled ahead of time by nvcc (qmv_kernels.cu, embedded as a fat binary and launched by
+// qmm.cpp's MLX primitive), and at run time by NVRTC through mlx::core::fast::cuda_kernel
+// (qmm.cpp with LMX_CUDA_QMV_JIT=1, bench/gpu/qmv_bench.py): there it is the `header`, the body
 //   lmx_qmv<T, BITS, GS, TT>(x, w, scales, biases, out, lmx_qmv_rows(x_shape, x_ndim), w_shape[0],
 //                            x_shape[x_ndim - 1]);
 //

@@ -1,0 +1,51 @@
+// The instantiations of qmv.cuh's lmx_qmv that the CUDA build compiles ahead of time (nvcc, for
+// sm_80 and sm_90, PTX for newer chips) and embeds as a fat binary (CMakeLists.txt); qmm.cpp
+// loads it once and launches these by name from its own MLX primitive.
+#include "kernels/cuda/qmv.cuh"
+
+#define LMX_QMV_KERNEL(TN, T, B, G, TT)                                                         \
+  extern "C" __global__ void lmx_qmv_##TN##_##B##_##G##_##TT(const T* x, const unsigned int* w, \
+                                                             const T* scales, const T* biases,  \
+                                                             T* out, int M, int N, int K) {     \
+    lmx_qmv<T, B, G, TT>(x, w, scales, biases, out, M, N, K);                                   \
+  }
+#define LMX_QMV_TT(TN, T, B, G)  \
+  LMX_QMV_KERNEL(TN, T, B, G, 1) \
+  LMX_QMV_KERNEL(TN, T, B, G, 2)
+#define LMX_QMV_GS(TN, T, B) \
+  LMX_QMV_TT(TN, T, B, 32)   \
+  LMX_QMV_TT(TN, T, B, 64)   \
+  LMX_QMV_TT(TN, T, B, 128)
+#define LMX_QMV_BITS(TN, T) \
+  LMX_QMV_GS(TN, T, 4)      \
+  LMX_QMV_GS(TN, T, 8)
+
+LMX_QMV_BITS(bf16, __nv_bfloat16)
+LMX_QMV_BITS(f16, __half)
+
+// A dense copy of a strided array (up to 8 dimensions) with 2- or 4-byte elements, for the rare
+// input that is not row-contiguous when the primitive runs.
+struct LmxStrides {
+  long long shape[8];
+  long long strides[8];
+};
+template <typename E>
+__device__ void lmx_dense_copy(const E* in, E* out, LmxStrides s, int ndim, long long n) {
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
+       i += (long long)gridDim.x * blockDim.x) {
+    long long rem = i, off = 0;
+    for (int d = ndim - 1; d >= 0; --d) {
+      off += (rem % s.shape[d]) * s.strides[d];
+      rem /= s.shape[d];
+    }
+    out[i] = in[off];
+  }
+}
+extern "C" __global__ void lmx_dense_copy_2(const unsigned short* in, unsigned short* out,
+                                            LmxStrides s, int ndim, long long n) {
+  lmx_dense_copy(in, out, s, ndim, n);
+}
+extern "C" __global__ void lmx_dense_copy_4(const unsigned int* in, unsigned int* out, LmxStrides s,
+                                            int ndim, long long n) {
+  lmx_dense_copy(in, out, s, ndim, n);
+}
