@@ -58,6 +58,7 @@ int cmd_serve(const Args& args) {
           offline_flag(),
       });
   for (auto& spec : kv_cache_flags()) f.add(spec);
+  for (auto& spec : speculative_flags()) f.add(spec);
   if (!f.parse(args)) {
     std::fputs(f.usage().c_str(), stdout);
     return 0;
@@ -72,6 +73,17 @@ int cmd_serve(const Args& args) {
           "--adapter must be NAME=DIR, got '", a, "'");
     o.adapters.emplace_back(a.substr(0, eq), a.substr(eq + 1));
   }
+  if (f.has("draft-model")) o.draft_model = resolve_model_flag(f, "draft-model");
+  o.prompt_lookup = f.integer("prompt-lookup", 0);
+  o.num_draft_tokens = f.integer("num-draft-tokens", 3);
+  check(!(f.has("draft-model") && f.has("prompt-lookup")), "serve",
+        "--draft-model and --prompt-lookup were both given, expected one");
+  check(!f.has("prompt-lookup") || o.prompt_lookup >= 1, "serve",
+        "--prompt-lookup must be >= 1, got ", o.prompt_lookup);
+  check(o.num_draft_tokens >= 1, "serve", "--num-draft-tokens must be >= 1, got ",
+        o.num_draft_tokens);
+  check(!f.has("num-draft-tokens") || f.has("draft-model") || f.has("prompt-lookup"), "serve",
+        "--num-draft-tokens needs --draft-model or --prompt-lookup");
   if (f.has("adapter-root")) {
     o.adapter_root = f.str("adapter-root");
     check(std::filesystem::is_directory(*o.adapter_root), "serve", "--adapter-root '",

@@ -20,6 +20,7 @@
 #include "core/error.h"
 #include "engine/model_impl.h"
 #include "generate/generate.h"
+#include "generate/speculative.h"
 #include "lmx/lmx.h"
 #include "tokenizer/tokenizer.h"
 
@@ -52,12 +53,15 @@ struct Row {
   int produced = 0;  // tokens sampled, read or not
   int delivered = 0;
   std::optional<StreamingDetokenizer> detok;
+  // Speculative decoding (GenerateOptions::speculative): the row runs its own rounds (draft K,
+  // verify K + 1 in one forward) beside the batched step, never inside it.
+  std::unique_ptr<SpeculativeGenerator> spec;
   GenerationStats stats;
   Clock::time_point start, first_token;
   bool done = false;
 
-  bool prefilling() const { return fed < static_cast<int>(rest.size()) - 1; }
-  bool steps() const { return !done && !prefilling() && produced < opt.max_tokens; }
+  bool prefilling() const { return !spec && fed < static_cast<int>(rest.size()) - 1; }
+  bool steps() const { return !done && !spec && !prefilling() && produced < opt.max_tokens; }
 };
 
 // The sampled token's log-probability and the n best alternatives, from (V,) log-probabilities.
@@ -123,7 +127,9 @@ struct Scheduler::State {
   void prefill(Row& r);
   mx::array forward(const mx::array& tokens, const std::vector<Row*>& batch);
   void step();
+  void speculate();
   void deliver(Row& r);
+  void deliver_token(Row& r, int token, const mx::array& logprobs);
   void finish(Row& r, const std::string& reason, const std::string& error = {});
   void reap();
 };
@@ -200,7 +206,17 @@ void Scheduler::State::start_row(Row& r) {
   r.rest.assign(prompt.begin() + static_cast<long>(r.cached), prompt.end());
   r.seen = prompt;
   r.stats.prompt_tokens = static_cast<int>(r.rest.size());
-  if (r.opt.max_tokens == 0) finish(r, "length");
+  if (r.opt.max_tokens == 0) return finish(r, "length");
+  if (r.opt.speculative()) {
+    // Its prompt is prefilled here, whole (the generator's own prefill), with its adapter.
+    Drafter drafter;
+    if (r.opt.draft_model) drafter.model = r.opt.draft_model->impl().loaded.model.get();
+    drafter.prompt_lookup = r.opt.prompt_lookup;
+    const std::vector<int> context(prompt.begin(), prompt.begin() + static_cast<long>(r.cached));
+    nn::RouteGuard route(r.adapter->slot() >= 0 ? impl.router() : nullptr, {r.adapter->slot()});
+    r.spec =
+        std::make_unique<SpeculativeGenerator>(net(), r.cache, context, r.rest, r.opt, drafter);
+  }
 }
 
 mx::array Scheduler::State::forward(const mx::array& tokens, const std::vector<Row*>& batch) {
@@ -302,6 +318,27 @@ void Scheduler::State::step() {
   }
 }
 
+void Scheduler::State::speculate() {
+  for (auto& rp : rows) {
+    Row& r = *rp;
+    if (r.done || !r.spec) continue;
+    try {
+      nn::RouteGuard route(r.adapter->slot() >= 0 ? impl.router() : nullptr, {r.adapter->slot()});
+      // One round's tokens (its accepted proposals and the target's own token).
+      do {
+        std::optional<Step> s = r.spec->next();
+        if (!s) {
+          finish(r, "length");
+          break;
+        }
+        deliver_token(r, s->token, s->logprobs);
+      } while (!r.done && r.spec->has_ready());
+    } catch (const std::exception& e) {
+      finish(r, "error", e.what());
+    }
+  }
+}
+
 void Scheduler::State::deliver(Row& r) {
   if (!r.y) return;
   mx::array y = *r.y, lp = *r.logprobs;
@@ -309,27 +346,30 @@ void Scheduler::State::deliver(Row& r) {
   r.logprobs.reset();
   if (r.done) return;
   try {
-    const int token = y.item<int>();
-    if (r.delivered == 0) {
-      r.first_token = Clock::now();
-      r.stats.prompt_seconds = seconds(r.start, r.first_token);
-    }
-    r.seen.push_back(token);
-    const auto& eos = impl.eos;
-    if (!r.opt.ignore_eos && std::find(eos.begin(), eos.end(), token) != eos.end())
-      return finish(r, "stop");
-    StreamToken t{token, {}, 0, {}};
-    const std::string text = r.detok->add(token);
-    t.text = text;
-    if (r.req.top_logprobs >= 0) add_logprobs(t, lp, r.req.top_logprobs);
-    ++r.delivered;
-    r.stats.generation_tokens = r.delivered;
-    r.stats.generation_seconds = seconds(r.first_token, Clock::now());
-    if (r.req.on_token && !r.req.on_token(t)) return finish(r, "cancelled");
-    if (r.delivered == r.opt.max_tokens) finish(r, "length");
+    deliver_token(r, y.item<int>(), lp);
   } catch (const std::exception& e) {
     finish(r, "error", e.what());
   }
+}
+
+void Scheduler::State::deliver_token(Row& r, int token, const mx::array& lp) {
+  if (r.delivered == 0) {
+    r.first_token = Clock::now();
+    r.stats.prompt_seconds = seconds(r.start, r.first_token);
+  }
+  r.seen.push_back(token);
+  const auto& eos = impl.eos;
+  if (!r.opt.ignore_eos && std::find(eos.begin(), eos.end(), token) != eos.end())
+    return finish(r, "stop");
+  StreamToken t{token, {}, 0, {}};
+  const std::string text = r.detok->add(token);
+  t.text = text;
+  if (r.req.top_logprobs >= 0) add_logprobs(t, lp, r.req.top_logprobs);
+  ++r.delivered;
+  r.stats.generation_tokens = r.delivered;
+  r.stats.generation_seconds = seconds(r.first_token, Clock::now());
+  if (r.req.on_token && !r.req.on_token(t)) return finish(r, "cancelled");
+  if (r.delivered == r.opt.max_tokens) finish(r, "length");
 }
 
 void Scheduler::State::finish(Row& r, const std::string& reason, const std::string& error) {
@@ -345,6 +385,10 @@ void Scheduler::State::finish(Row& r, const std::string& reason, const std::stri
       if (!tail.empty()) r.req.on_token(StreamToken{-1, tail, 0, {}});
     } catch (const std::exception&) {  // a client gone at its last text
     }
+  }
+  if (r.spec) {
+    r.stats.speculative = r.spec->stats().speculative;
+    r.spec.reset();  // waits for its last round
   }
   r.stats.peak_memory = mx::get_peak_memory();
   for (const auto& c : r.cache) {
@@ -388,6 +432,7 @@ void Scheduler::State::loop() {
       ++prefilled;
     }
     step();
+    speculate();
     reap();
     if (rows.empty()) mx::clear_cache();
   }

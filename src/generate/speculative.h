@@ -53,6 +53,8 @@ class SpeculativeGenerator {
   SpeculativeGenerator& operator=(const SpeculativeGenerator&) = delete;
   // Next token, or nullopt after max_tokens. A round runs when the tokens of the last are used.
   std::optional<Step> next();
+  // Tokens of the last round not yet taken by next() (the scheduler takes a round at a time).
+  bool has_ready() const { return !ready_.empty(); }
   const GenerationStats& stats() const { return stats_; }
 
  private:

@@ -171,7 +171,8 @@ struct TransformerBlock {
     const nn::RoPE& r = a.rope;
     for (const nn::Linear* l :
          {&a.q_proj, &a.k_proj, &a.v_proj, &a.o_proj, &mlp.gate_proj, &mlp.up_proj, &mlp.down_proj})
-      if (!l->cpu_kernel || !l->adapters.empty() || l->bias || l->all_reduce) return std::nullopt;
+      if (!l->cpu_kernel || !l->adapters.empty() || l->routed.active() || l->bias || l->all_reduce)
+        return std::nullopt;
     if (!r.base || r.freqs || r.dynamic || r.mscale != 1.0f || x.ndim() != 3 ||
         dynamic_cast<const RowsKVCache*>(&cache))
       return std::nullopt;
@@ -225,8 +226,8 @@ struct TransformerBlock {
     }
     // Other caches (quantized, plain or rotating): the two fused halves around the cache's own
     // attention, with the mask as given.
-    auto qkv = cpu::norm_qkv_rope(x, w.input_norm, w.q, w.k, w.v, spec.qkv, cache.offset(),
-                                  w.qk_norm);
+    auto qkv =
+        cpu::norm_qkv_rope(x, w.input_norm, w.q, w.k, w.v, spec.qkv, cache.offset(), w.qk_norm);
     mx::array attn =
         nn::merge_heads(nn::cached_attention(qkv[0], qkv[1], qkv[2], cache, a.scale, mask));
     return cpu::out_proj_mlp(x, attn, w.o, w.post_norm, spec.mlp_norm_eps, w.gate, w.up, w.down,

@@ -130,7 +130,8 @@ void handle_messages(const Context& ctx, const httplib::Request& req, httplib::R
   res.set_header("Cache-Control", "no-cache");
   ctx.engine->submit(job);  // before the headers: a full queue is a 429
   res.set_chunked_content_provider(
-      "text/event-stream", [&ctx, job, popts, id, n_prompt](size_t, httplib::DataSink& sink) {
+      "text/event-stream",
+      [&ctx, job, popts, id, n_prompt](size_t, httplib::DataSink& sink) {
         OutputPipeline pipeline(popts);
         BlockWriter w(sink);
         ojson start = {{"id", id},

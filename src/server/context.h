@@ -43,6 +43,9 @@ std::shared_ptr<Job> make_job(const Context& ctx, std::vector<int> prompt, const
                               const std::string& prompt_field,
                               const std::string& constraint_prefix = "");
 void check_model(const Context& ctx, const std::string& model);
+// Turns on the server's speculative decoding for a job that can take it (no opt-out, logits
+// processors or constraint); call again after a constraint is added (it then turns it off).
+void speculate(const Context& ctx, const SamplingRequest& s, Job& job);
 // The adapter a request picks (`adapter`, `model` naming a loaded adapter, or `adapters` as a
 // directory, loaded on first use when it lies under --adapter-root); "" for the base model.
 // ApiError 404 for an unknown name, 403 for a directory outside the root, 400 for a bad adapter.

@@ -39,6 +39,13 @@ Engine::Engine(const EngineOptions& o)
     : options_(o),
       model_(LanguageModel::load(o.model, {.exact = o.exact, .adapter_path = o.adapter_path})) {
   for (const auto& [name, dir] : o.adapters) model_.load_adapter(name, dir);
+  if (o.draft_model) {
+    draft_ =
+        std::make_shared<LanguageModel>(LanguageModel::load(*o.draft_model, {.exact = o.exact}));
+    check(draft_->vocab_size() == model_.vocab_size(), "serve", "the draft model's vocabulary has ",
+          draft_->vocab_size(), " tokens, the model's has ", model_.vocab_size(),
+          ", expected the same vocabulary");
+  }
   // The K/V of a prompt depend on the adapter too.
   options_.scheduler.cache_key =
       std::filesystem::weakly_canonical(o.model).string() +

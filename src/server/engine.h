@@ -68,6 +68,7 @@ struct EngineOptions {
   std::optional<std::filesystem::path> adapter_path;  // a LoRA adapter (lora/lora.h)
   // --adapter NAME=DIR: LoRA adapters loaded at start, chosen per request by name.
   std::vector<std::pair<std::string, std::filesystem::path>> adapters;
+  std::optional<std::filesystem::path> draft_model;  // speculative decoding's draft
   SchedulerOptions scheduler;  // batch size, queue, prefill chunks, prompt cache
   bool log_stats = false;      // one line per job on standard error: tokens and speeds
 };
@@ -92,6 +93,8 @@ class Engine {
   void unload_adapter(const std::string& name);
   std::vector<AdapterInfo> adapters() const { return model_.adapters(); }
   bool has_adapter(const std::string& name) const { return model_.has_adapter(name); }
+  // The draft model of --draft-model (null without one).
+  const std::shared_ptr<LanguageModel>& draft_model() const { return draft_; }
   // The name of the adapter loaded from `dir` (the same directory), if one is.
   std::optional<std::string> adapter_at(const std::filesystem::path& dir) const;
   const Tokenizer& tokenizer() const;
@@ -108,6 +111,7 @@ class Engine {
 
   EngineOptions options_;
   LanguageModel model_;
+  std::shared_ptr<LanguageModel> draft_;
   std::unique_ptr<Scheduler> scheduler_;
   std::mutex mu_;  // scheduler_ against stop()
 };

@@ -10,10 +10,19 @@ namespace lmx::server {
 namespace {
 
 ojson usage(const RunSummary& s, size_t prompt_tokens) {
-  return {{"prompt_tokens", prompt_tokens},
-          {"completion_tokens", s.completion_tokens},
-          {"total_tokens", prompt_tokens + s.completion_tokens},
-          {"prompt_tokens_details", {{"cached_tokens", s.result.cached_tokens}}}};
+  ojson u = {{"prompt_tokens", prompt_tokens},
+             {"completion_tokens", s.completion_tokens},
+             {"total_tokens", prompt_tokens + s.completion_tokens},
+             {"prompt_tokens_details", {{"cached_tokens", s.result.cached_tokens}}}};
+  // lmx's own: what speculative decoding did for this request.
+  const SpeculativeStats& sp = s.result.stats.speculative;
+  if (sp.rounds > 0)
+    u["speculative"] = {{"rounds", sp.rounds},
+                        {"drafted", sp.drafted},
+                        {"accepted", sp.accepted},
+                        {"acceptance_rate", sp.acceptance_rate()},
+                        {"mean_accepted_length", sp.mean_accepted_length()}};
+  return u;
 }
 
 ojson bytes_of(const std::string& s) {
@@ -114,8 +123,9 @@ void handle_chat(const Context& ctx, const httplib::Request& req, httplib::Respo
   res.set_header("Cache-Control", "no-cache");
   ctx.engine->submit(job);  // before the headers: a full queue is a 429
   res.set_chunked_content_provider(
-      "text/event-stream", [&ctx, job, popts, id, want_logprobs, include_usage, n_prompt](
-                               size_t, httplib::DataSink& sink) {
+      "text/event-stream",
+      [&ctx, job, popts, id, want_logprobs, include_usage, n_prompt](size_t,
+                                                                     httplib::DataSink& sink) {
         OutputPipeline pipeline(popts);
         auto chunk = [&](ojson delta, ojson finish, ojson logprobs) {
           ojson c = chunk_base(ctx, id, "chat.completion.chunk");
@@ -217,8 +227,9 @@ void handle_completion(const Context& ctx, const httplib::Request& req, httplib:
   res.set_header("Cache-Control", "no-cache");
   ctx.engine->submit(job);  // before the headers: a full queue is a 429
   res.set_chunked_content_provider(
-      "text/event-stream", [&ctx, job, popts, id, want_logprobs, include_usage, n_prompt, prefix](
-                               size_t, httplib::DataSink& sink) {
+      "text/event-stream",
+      [&ctx, job, popts, id, want_logprobs, include_usage, n_prompt, prefix](
+          size_t, httplib::DataSink& sink) {
         OutputPipeline pipeline(popts);
         size_t offset = prefix.size();
         auto chunk = [&](const std::string& text, ojson finish, ojson logprobs) {

@@ -80,6 +80,9 @@ SamplingRequest sampling(const ojson& b, const SamplingDefaults& d, const char* 
   s.model = string(b, "model").value_or("default_model");
   s.adapter = string(b, "adapter").value_or("");
   s.adapter_path = string(b, "adapters");
+  s.speculative = boolean(b, "speculative");
+  s.num_draft_tokens = integer(b, "num_draft_tokens");
+  if (s.num_draft_tokens && *s.num_draft_tokens < 1) bad_field("num_draft_tokens", "must be >= 1");
   GenerateOptions& g = s.gen;
   g.prefill_step_size = d.prefill_step_size;
   g.kv_bits = d.kv_bits;

@@ -31,6 +31,10 @@ struct SamplingRequest {
   // it), or mlx_lm.server's `adapters`: an adapter directory.
   std::string adapter;
   std::optional<std::string> adapter_path;
+  // Speculative decoding of a server started with --draft-model / --prompt-lookup: `speculative`
+  // false opts out; mlx_lm.server's `num_draft_tokens` sets K.
+  std::optional<bool> speculative;
+  std::optional<int> num_draft_tokens;
   GenerateOptions gen;
   std::vector<std::string> stop;
   bool stream = false;

@@ -76,6 +76,8 @@ std::shared_ptr<Job> make_job(const Context& ctx, std::vector<int> prompt, const
   job->options = s.gen;
   job->options.adapter = resolve_adapter(ctx, s);
   if (ctx.kv_config) job->options.kv_config = ctx.kv_config;
+  if (s.num_draft_tokens && !ctx.engine->draft_model() && ctx.options.prompt_lookup == 0)
+    bad_field("num_draft_tokens", "needs a server started with --draft-model or --prompt-lookup");
   job->top_logprobs = s.top_logprobs;
   if (s.json_object || s.json_schema) {
     constrain::Grammar g;
@@ -92,7 +94,20 @@ std::shared_ptr<Job> make_job(const Context& ctx, std::vector<int> prompt, const
         ctx.engine->token_table(), constrain::after_text(constraint_prefix, std::move(g)),
         ctx.engine->eos_ids());
   }
+  speculate(ctx, s, *job);
   return job;
+}
+
+void speculate(const Context& ctx, const SamplingRequest& s, Job& job) {
+  // Speculation needs to roll the sampled tokens back: processors and constraints (JSON, forced
+  // tool calls) see each token once, so those requests decode plainly.
+  job.options.draft_model = nullptr;
+  job.options.prompt_lookup = 0;
+  if (s.speculative == false || job.options.constraint || job.options.processors.any()) return;
+  if (!ctx.engine->draft_model() && ctx.options.prompt_lookup == 0) return;
+  job.options.draft_model = ctx.engine->draft_model();
+  job.options.prompt_lookup = ctx.engine->draft_model() ? 0 : ctx.options.prompt_lookup;
+  job.options.num_draft_tokens = s.num_draft_tokens.value_or(ctx.options.num_draft_tokens);
 }
 
 namespace {
@@ -166,8 +181,10 @@ PreparedChat prepare_chat(const Context& ctx, const ChatRequest& r) {
   const std::string prefix = p.pipeline.start_in_reasoning ? "</think>\n\n" : "";
   p.job = make_job(ctx, ctx.engine->tokenizer().encode(text, /*add_special_tokens=*/false), r.s,
                    "messages", prefix);
-  if (use_tools && (r.tool_choice == "required" || r.tool_choice == "function"))
+  if (use_tools && (r.tool_choice == "required" || r.tool_choice == "function")) {
     p.job->options.constraint = forced_tool_calls(ctx, r, prefix);
+    speculate(ctx, r.s, *p.job);
+  }
   p.pipeline.stop = r.s.stop;
   p.pipeline.tool_format = ctx.tool_format;
   p.pipeline.parse_tools = use_tools;
@@ -336,6 +353,7 @@ int serve(const ServerOptions& o) {
   eo.exact = o.exact;
   eo.adapter_path = o.adapter_path;
   eo.adapters = o.adapters;
+  eo.draft_model = o.draft_model;
   eo.scheduler = o.scheduler;
   eo.scheduler.prompt_cache_entries = o.prompt_cache_entries;
   eo.scheduler.prompt_cache_bytes = o.prompt_cache_bytes;

@@ -25,6 +25,11 @@ struct ServerOptions {
   // --adapter-root: adapters loaded at run time (POST /v1/adapters, a request's `adapters`
   // path) must lie under it; unset: none can be.
   std::optional<std::filesystem::path> adapter_root;
+  // --draft-model DIR / --prompt-lookup N, --num-draft-tokens K: speculative decoding for every
+  // request that can take it (docs/speculative.md).
+  std::optional<std::filesystem::path> draft_model;
+  int prompt_lookup = 0;
+  int num_draft_tokens = 3;
   std::string host = "127.0.0.1";
   int port = 8080;
   SamplingDefaults defaults;

@@ -411,6 +411,45 @@ TEST(Scheduler, SameTokensAsMlxLmBatchGenerate) {
   }
 }
 
+// Speculative rows (GenerateOptions::speculative) run their own rounds beside the batched step:
+// greedy, each gives the tokens it gives without speculation, for prompt lookup and for a draft
+// model (the target itself: every proposal accepted), next to plain rows.
+TEST(Scheduler, SpeculativeRowsBesideBatchedRowsGiveThePlainTokens) {
+  const fs::path dir = model_dir("llama_q4_g64");
+  LanguageModel model = LanguageModel::load(dir, {.exact = true});
+  auto self = std::make_shared<LanguageModel>(LanguageModel::load(dir, {.exact = true}));
+  std::vector<Case> cases = make_cases(row_vocab(dir), 8, 31);
+  // A repeating prompt, so that prompt lookup finds earlier n-grams.
+  std::vector<int> rep;
+  for (int i = 0; i < 4; ++i) rep.insert(rep.end(), cases[0].prompt.begin(), cases[0].prompt.end());
+  cases[0].prompt = rep;
+  std::vector<Tokens> want;
+  for (const Case& c : cases) want.push_back(alone(model, c));
+  cases[0].options.prompt_lookup = 2;
+  cases[0].options.num_draft_tokens = 4;
+  cases[2].options.draft_model = self;
+  cases[2].options.num_draft_tokens = 3;
+  Scheduler s(model, {.max_batch = 4, .prefill_step_size = 8, .prompt_cache_entries = 0});
+  const std::vector<Outcome> got = batched(s, cases);
+  for (size_t i = 0; i < cases.size(); ++i) {
+    EXPECT_EQ(got[i].result.finish_reason, "length") << got[i].result.error;
+    EXPECT_EQ(got[i].tokens.ids, want[i].ids) << "request " << i;
+  }
+  const SpeculativeStats& self_draft = got[2].result.stats.speculative;
+  EXPECT_GT(self_draft.rounds, 0);
+  EXPECT_EQ(self_draft.accepted, self_draft.drafted) << "a self-draft must be accepted whole";
+  EXPECT_GT(self_draft.mean_accepted_length(), 1.0);
+  EXPECT_GT(got[0].result.stats.speculative.rounds, 0);
+  EXPECT_EQ(got[1].result.stats.speculative.rounds, 0);
+  // A speculative row with logits processors is refused alone, naming the conflict.
+  Case bad = cases[1];
+  bad.options.prompt_lookup = 2;
+  bad.options.processors.repetition_penalty = 1.2f;
+  const Outcome refused = batched(s, {bad})[0];
+  EXPECT_EQ(refused.result.finish_reason, "error");
+  EXPECT_FALSE(refused.result.error.empty());
+}
+
 // LoRA adapters chosen per request (LanguageModel::load_adapter): rows with different adapters
 // (and none) share one batch, and each row computes exactly what the model loaded with that
 // adapter (LoadOptions::adapter_path) computes alone. The second adapter is the fixture's with
