@@ -11,7 +11,8 @@ For every row of ROWS, in OUT_DIR/<row>/:
               rows with --mask-prompt; a few rows carry an extra key, which changes mlx-lm's
               batch order: it sorts rows by their number of keys);
   adapters/   what mlx_lm.lora's train_model writes (adapter_config.json, adapters.safetensors);
-  fused/      mlx_lm.fuse of model/ + adapters/ (re-quantized with each module's spec);
+  fused/      mlx_lm.fuse of model/ + adapters/ (re-quantized with each module's spec), and for
+              the quantized row fused_dequantized/ (mlx_lm.fuse --dequantize);
   reference.json       the run's arguments (mlx_lm.lora's, as its YAML would give them), every
                        report mlx-lm's training callback got (train loss each step, validation
                        loss at each eval) and the test loss;
@@ -123,6 +124,18 @@ class Recorder(TrainingCallback):
                              for k, v in info.items()})
 
 
+def fuse(model_dir, adapter_dir, save_path, *extra):
+    """mlx_lm.fuse's command line, in this process."""
+    argv = sys.argv
+    sys.argv = ["mlx_lm.fuse", "--model", str(model_dir), "--adapter-path", str(adapter_dir),
+                "--save-path", str(save_path), *extra]
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            fuse_main()
+    finally:
+        sys.argv = argv
+
+
 def run_row(r, out):
     model_dir, data_dir, adapter_dir = out / "model", out / "data", out / "adapters"
     write_model(r, model_dir)
@@ -149,16 +162,9 @@ def run_row(r, out):
     logits = m2(tokens).astype(mx.float32)
     mx.save_safetensors(str(out / "reference.safetensors"), {"tokens": tokens, "logits": logits})
     # mlx_lm.fuse into fused/ (the float and quantized layers as it writes them).
-    argv = sys.argv
-    sys.argv = ["mlx_lm.fuse", "--model", str(model_dir), "--adapter-path", str(adapter_dir),
-                "--save-path", str(out / "fused")]
-    try:
-        with contextlib.redirect_stdout(io.StringIO()):
-            fuse_main()
-    finally:
-        sys.argv = argv
-    for p in (out / "fused").glob("*.py"):
-        p.unlink()
+    fuse(model_dir, adapter_dir, out / "fused")
+    if r["quant"] is not None:
+        fuse(model_dir, adapter_dir, out / "fused_dequantized", "--dequantize")
     ref = dict(args={k: v for k, v in args.items() if k not in ("data", "model", "adapter_path")},
                reports=rec.reports, test_loss=float(test_loss))
     (out / "reference.json").write_text(json.dumps(ref, indent=1) + "\n")

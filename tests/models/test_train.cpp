@@ -3,7 +3,8 @@
 // the logits with its adapter loaded). Same arguments and seed: every train loss (each step),
 // validation loss and learning rate, and the test loss, equal mlx-lm's bit for bit; the saved
 // adapter's tensors equal mlx-lm's; the adapter loads in lmx and gives mlx-lm's logits. Bad
-// input: errors naming the file and line.
+// input: errors naming the file and line. lmx fuse: tensors and config.json identical to
+// mlx_lm.fuse's (quantized modules re-quantized with their spec; --dequantize).
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -17,6 +18,7 @@
 #include "io/safetensors.h"
 #include "models/model.h"
 #include "test_util.h"
+#include "train/fuse.h"
 #include "train/train.h"
 #include "train/yaml.h"
 
@@ -180,6 +182,40 @@ TEST(Train, BadInputNamesFileAndLine) {
               std::string::npos)
         << e.what();
   }
+}
+
+void expect_same_model(const fs::path& ours, const fs::path& theirs) {
+  expect_same_tensors(ours / "model.safetensors", theirs / "model.safetensors");
+  EXPECT_EQ(read_json_file(ours / "config.json"), read_json_file(theirs / "config.json"));
+  EXPECT_EQ(read_json_file(ours / "model.safetensors.index.json"),
+            read_json_file(theirs / "model.safetensors.index.json"));
+}
+
+TEST(Fuse, TensorsEqualMlxLmFuse) {
+  for (const std::string row : {"llama_f32_text", "llama_q4_completions"}) {
+    SCOPED_TRACE(row);
+    const fs::path dir = test::data_path("train/" + row);
+    const fs::path out = scratch("fuse_" + row);
+    train::fuse({.model = dir / "model", .adapter_path = dir / "adapters", .save_path = out});
+    expect_same_model(out, dir / "fused");
+    EXPECT_TRUE(fs::exists(out / "tokenizer.json"));
+    fs::remove_all(out);
+  }
+  const fs::path dir = test::data_path("train/llama_q4_completions");
+  const fs::path out = scratch("fuse_dequantized");
+  train::fuse({.model = dir / "model",
+               .adapter_path = dir / "adapters",
+               .save_path = out,
+               .dequantize = true});
+  expect_same_model(out, dir / "fused_dequantized");
+  // An existing destination is refused, not overwritten.
+  try {
+    train::fuse({.model = dir / "model", .adapter_path = dir / "adapters", .save_path = out});
+    ADD_FAILURE() << "no error for an existing --save-path";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("already exists"), std::string::npos) << e.what();
+  }
+  fs::remove_all(out);
 }
 
 TEST(Train, YamlSubsetAsMlxLmReadsIt) {
