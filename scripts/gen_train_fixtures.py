@@ -47,6 +47,8 @@ import gen_tiny_models as tiny  # noqa: E402
 from gen_tokenizer_fixtures import make_trained_bytelevel  # noqa: E402
 
 CHAT_TEMPLATE = (
+    "{% if tools %}<s>tools: {{ tools | map(attribute='function') | map(attribute='name') "
+    "| join(', ') }}</s>\n{% endif %}"
     "{% for m in messages %}<s>{{ m['role'] }}: {{ m['content'] }}</s>\n{% endfor %}"
     "{% if add_generation_prompt %}<s>assistant:{% endif %}"
 )
@@ -74,6 +76,14 @@ ROWS = [
                                     arguments=[2e-3, 16, 1e-5]),
                    lora_parameters=dict(rank=4, dropout=0.0, scale=10.0,
                                         keys=["self_attn.q_proj", "self_attn.v_proj"]))),
+    # DoRA on the 4-bit base, chat `messages` rows (some with tools) with the prompt masked,
+    # Adam with bias correction on a linear schedule.
+    dict(name="llama_q4_dora_chat", quant=dict(bits=4, group_size=64), format="chat",
+         args=dict(fine_tune_type="dora", num_layers=-1, batch_size=3, iters=20,
+                   steps_per_report=1, steps_per_eval=10, val_batches=-1, save_every=100,
+                   test_batches=-1, seed=11, mask_prompt=True,
+                   optimizer_config=dict(adam=dict(bias_correction=True, betas=[0.8, 0.99])),
+                   lr_schedule=dict(name="linear_schedule", arguments=[2e-3, 1e-4, 20]))),
 ]
 
 
@@ -88,8 +98,18 @@ def write_data(r, out, rng):
         for i in range(n):
             if r["format"] == "text":
                 row = {"text": sentence(rng, 4, 40)}
-            else:
+            elif r["format"] == "completions":
                 row = {"prompt": sentence(rng, 2, 8), "completion": sentence(rng, 2, 25)}
+            else:
+                turns = [{"role": "system", "content": sentence(rng, 2, 5)}]
+                for _ in range(rng.randint(1, 2)):
+                    turns.append({"role": "user", "content": sentence(rng, 2, 8)})
+                    turns.append({"role": "assistant", "content": sentence(rng, 2, 12)})
+                row = {"messages": turns}
+                if i % 4 == 2:
+                    row["tools"] = [{"type": "function", "function": {
+                        "name": "lookup", "description": sentence(rng, 2, 4),
+                        "parameters": {"type": "object", "properties": {}}}}]
             if i % 5 == 1:
                 row["id"] = f"{split}-{i}"  # more keys: sorted after the others
             rows.append(row)

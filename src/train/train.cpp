@@ -29,20 +29,58 @@ struct ParamSet {
   float dropout = 0.0f;
 };
 
+// nn.Dropout when training: (bernoulli(1 - p) * x) * (1 / (1 - p)).
+mx::array dropout(const ParamSet& p, const mx::array& x) {
+  if (!p.training || p.dropout <= 0.0f) return x;
+  const float keep = 1.0f - p.dropout;
+  mx::array mask = mx::random::bernoulli(mx::array(keep), x.shape());
+  return mx::multiply(mx::multiply(mask, x), mx::array(1.0f / keep, x.dtype()));
+}
+
+// The base weight, dequantized if quantized (DoRA's _dequantized_weight).
+mx::array base_weight(const nn::Linear& base) {
+  if (!base.quant) return base.weight;
+  return mx::dequantize(base.weight, *base.scales, base.biases, base.quant->group_size,
+                        base.quant->bits, base.quant->mode);
+}
+
+// mlx-lm DoRALinear: out = x @ W^T + (scale * z).astype(x.dtype), z = (dropout(x) @ A) @ B, then
+// times (m / stop_gradient(||W + scale * B^T A^T|| per row)).astype(x.dtype), the bias last.
+class TrainableDoRA : public nn::LinearAdapter {
+ public:
+  TrainableDoRA(std::shared_ptr<ParamSet> p, const nn::Linear& base, int a, int b, int m,
+                float scale)
+      : p_(std::move(p)), base_(base), a_(a), b_(b), m_(m), scale_(scale) {}
+  bool replaces_base() const override { return true; }
+  mx::array operator()(const mx::array& x, const mx::array&) const override {
+    const mx::array& A = p_->values[a_];
+    const mx::array& B = p_->values[b_];
+    const mx::array w = base_weight(base_);
+    mx::array out = mx::matmul(x, mx::transpose(w));
+    mx::array z = mx::matmul(mx::matmul(dropout(*p_, x), A), B);
+    out = mx::add(out, mx::astype(mx::multiply(mx::array(scale_, z.dtype()), z), x.dtype()));
+    mx::array adapted = mx::add(
+        w,
+        mx::matmul(mx::multiply(mx::array(scale_, B.dtype()), mx::transpose(B)), mx::transpose(A)));
+    mx::array denom = mx::stop_gradient(mx::linalg::norm(adapted, std::vector<int>{1}));
+    out = mx::multiply(mx::astype(mx::divide(p_->values[m_], denom), x.dtype()), out);
+    return base_.bias ? mx::add(out, *base_.bias) : out;
+  }
+
+ private:
+  std::shared_ptr<ParamSet> p_;
+  nn::Linear base_;  // the frozen layer's arrays (shared, not copied)
+  int a_, b_, m_;
+  float scale_;
+};
+
 // mlx-lm LoRALinear: y + (scale * ((dropout(x) @ lora_a) @ lora_b)).astype(x.dtype).
 class TrainableLoRA : public nn::LinearAdapter {
  public:
   TrainableLoRA(std::shared_ptr<ParamSet> p, int a, int b, float scale)
       : p_(std::move(p)), a_(a), b_(b), scale_(scale) {}
   mx::array operator()(const mx::array& x, const mx::array& y) const override {
-    mx::array xd = x;
-    if (p_->training && p_->dropout > 0.0f) {
-      // nn.Dropout: (bernoulli(1 - p) * x) * (1 / (1 - p))
-      const float keep = 1.0f - p_->dropout;
-      mx::array mask = mx::random::bernoulli(mx::array(keep), x.shape());
-      xd = mx::multiply(mx::multiply(mask, x), mx::array(1.0f / keep, x.dtype()));
-    }
-    mx::array z = mx::matmul(mx::matmul(xd, p_->values[a_]), p_->values[b_]);
+    mx::array z = mx::matmul(mx::matmul(dropout(*p_, x), p_->values[a_]), p_->values[b_]);
     return mx::add(y, mx::astype(mx::multiply(mx::array(scale_, z.dtype()), z), x.dtype()));
   }
 
@@ -63,6 +101,8 @@ class TrainSource : public nn::AdapterSource {
   struct Slot {
     std::string path, local;  // full module path; its name inside the layer
     int layer = 0, in = 0, out = 0, a = 0, b = 0, order = 0;
+    int m = -1;  // DoRA's magnitude
+    std::optional<nn::Linear> base;
   };
 
   TrainSource(std::shared_ptr<ParamSet> p, const TrainOptions& o) : p_(std::move(p)), o_(o) {}
@@ -93,15 +133,26 @@ class TrainSource : public nn::AdapterSource {
   }
 
   std::vector<std::shared_ptr<const nn::LinearAdapter>> linear(const std::string& path,
-                                                               const nn::Linear&, int in,
+                                                               const nn::Linear& base, int in,
                                                                int out) override {
     auto local = selected(path);
     if (!local) return {};
-    Slot s{path, local->second, local->first, in, out};
+    check(!base.all_reduce, path, "training a sharded layer is not supported");
+    Slot s;
+    s.path = path;
+    s.local = local->second;
+    s.layer = local->first;
+    s.in = in;
+    s.out = out;
     s.order = static_cast<int>(slots_.size());
     s.a = add(path + ".lora_a", {in, o_.rank});
     s.b = add(path + ".lora_b", {o_.rank, out});
     slots_.push_back(s);
+    if (o_.fine_tune_type == "dora") {
+      slots_.back().m = add(path + ".m", {out});
+      slots_.back().base = base;
+      return {std::make_shared<TrainableDoRA>(p_, base, s.a, s.b, slots_.back().m, o_.scale)};
+    }
     return {std::make_shared<TrainableLoRA>(p_, s.a, s.b, o_.scale)};
   }
   std::vector<std::shared_ptr<const nn::EmbeddingAdapter>> embedding(const std::string& path,
@@ -145,6 +196,10 @@ class TrainSource : public nn::AdapterSource {
       const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(s.in)));
       p_->values[s.a] = mx::random::uniform(-scale, scale, {s.in, o_.rank});
       p_->values[s.b] = mx::zeros({o_.rank, s.out}, mx::float32);
+      // DoRA: m = ||W|| per output row, of the float32 (dequantized) weight.
+      if (s.m >= 0)
+        p_->values[s.m] =
+            mx::linalg::norm(mx::astype(base_weight(*s.base), mx::float32), std::vector<int>{1});
     }
     mx::eval(p_->values);
   }
@@ -481,8 +536,8 @@ TrainOptions TrainOptions::from_args(const json& args) {
   o.train = v.get<bool>("train", false);
   o.test = v.get<bool>("test", false);
   o.fine_tune_type = v.get<std::string>("fine_tune_type", "lora");
-  check(o.fine_tune_type == "lora", v.source, "--fine-tune-type ", o.fine_tune_type,
-        " is not supported yet, expected lora");
+  check(o.fine_tune_type == "lora" || o.fine_tune_type == "dora", v.source, "--fine-tune-type ",
+        o.fine_tune_type, " is not supported yet, expected lora or dora");
   o.optimizer = v.get<std::string>("optimizer", "adam");
   for (auto& c : o.optimizer) c = static_cast<char>(std::tolower(c));
   if (v.has("optimizer_config")) o.optimizer_config = args["optimizer_config"];

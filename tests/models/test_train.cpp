@@ -111,7 +111,8 @@ TEST_P(TrainParity, LossesAdapterAndLogitsEqualMlxLm) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Rows, TrainParity,
-                         ::testing::Values("llama_f32_text", "llama_q4_completions"));
+                         ::testing::Values("llama_f32_text", "llama_q4_completions",
+                                           "llama_q4_dora_chat"));
 
 // --resume-adapter-file with mlx-lm's final adapter and a learning rate of 0: the saved adapter is
 // the file resumed from, and the test loss is mlx-lm's after its training (the test set is one
@@ -192,7 +193,7 @@ void expect_same_model(const fs::path& ours, const fs::path& theirs) {
 }
 
 TEST(Fuse, TensorsEqualMlxLmFuse) {
-  for (const std::string row : {"llama_f32_text", "llama_q4_completions"}) {
+  for (const std::string row : {"llama_f32_text", "llama_q4_completions", "llama_q4_dora_chat"}) {
     SCOPED_TRACE(row);
     const fs::path dir = test::data_path("train/" + row);
     const fs::path out = scratch("fuse_" + row);
@@ -201,13 +202,20 @@ TEST(Fuse, TensorsEqualMlxLmFuse) {
     EXPECT_TRUE(fs::exists(out / "tokenizer.json"));
     fs::remove_all(out);
   }
+  for (const std::string row : {"llama_q4_completions", "llama_q4_dora_chat"}) {
+    SCOPED_TRACE(row + " --dequantize");
+    const fs::path dir = test::data_path("train/" + row);
+    const fs::path out = scratch("fuse_dequantized");
+    train::fuse({.model = dir / "model",
+                 .adapter_path = dir / "adapters",
+                 .save_path = out,
+                 .dequantize = true});
+    expect_same_model(out, dir / "fused_dequantized");
+    fs::remove_all(out);
+  }
   const fs::path dir = test::data_path("train/llama_q4_completions");
-  const fs::path out = scratch("fuse_dequantized");
-  train::fuse({.model = dir / "model",
-               .adapter_path = dir / "adapters",
-               .save_path = out,
-               .dequantize = true});
-  expect_same_model(out, dir / "fused_dequantized");
+  const fs::path out = scratch("fuse_exists");
+  fs::create_directories(out);
   // An existing destination is refused, not overwritten.
   try {
     train::fuse({.model = dir / "model", .adapter_path = dir / "adapters", .save_path = out});
