@@ -48,7 +48,7 @@ const std::vector<Arg>& lora_args() {
       {"test", "test", Kind::on, "evaluate on test.jsonl (after training, if --train)"},
       {"test-batches", "test_batches", Kind::integer, "test batches; -1: the whole set", "N"},
       {"max-seq-length", "max_seq_length", Kind::integer, "longer sequences are truncated", "N"},
-      {"grad-checkpoint", "grad_checkpoint", Kind::on, "gradient checkpointing (not yet)"},
+      {"grad-checkpoint", "grad_checkpoint", Kind::on, "recompute each layer in the backward pass (less memory)"},
       {"seed", "seed", Kind::integer, "the PRNG seed", "N"},
       {"metrics-file", "metrics_file", Kind::str, "append each report as a JSON line", "FILE"},
   };

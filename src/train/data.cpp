@@ -143,8 +143,6 @@ BatchIterator::BatchIterator(const Dataset& data, int batch_size, int max_seq_le
       loop_(loop),
       rng_(rng) {
   const int n = static_cast<int>(data.size());
-  check(n >= batch_size, data.source, "Dataset must have at least batch_size=", batch_size,
-        " examples but only has ", n);
   std::vector<int> idx(n);
   std::iota(idx.begin(), idx.end(), 0);
   std::stable_sort(idx.begin(), idx.end(),
@@ -154,6 +152,10 @@ BatchIterator::BatchIterator(const Dataset& data, int batch_size, int max_seq_le
 }
 
 std::optional<Batch> BatchIterator::next() {
+  // Checked on the first batch, as mlx-lm's generator does (a pass of 0 batches never asks).
+  check(static_cast<int>(data_.size()) >= batch_size_, data_.source,
+        "Dataset must have at least batch_size=", batch_size_, " examples but only has ",
+        data_.size());
   if (!started_ || at_ == order_.size()) {
     if (started_ && !loop_) return std::nullopt;
     order_ = rng_.permutation(num_batches());

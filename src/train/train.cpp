@@ -277,6 +277,24 @@ std::unique_ptr<Model> load_trainable(const fs::path& dir, TrainSource& source,
   return model;
 }
 
+// mlx-lm's training forward has no cache: K/V pass straight to attention, the mask is causal
+// (windowed on sliding layers). Stateless, so a checkpointed layer can run again.
+class NoCache : public KVCacheBase {
+ public:
+  std::pair<mx::array, mx::array> update_and_fetch(const mx::array& k,
+                                                   const mx::array& v) override {
+    return {k, v};
+  }
+  int offset() const override { return 0; }
+  bool is_trimmable() const override { return false; }
+  int trim(int, bool) override { return 0; }
+  Mask make_mask(int n, std::optional<int> window, bool return_array) const override {
+    return create_attention_mask(n, 0, return_array, window);
+  }
+  std::vector<mx::array> state() const override { return {}; }
+  size_t nbytes() const override { return 0; }
+};
+
 // nn.losses.cross_entropy(logits, targets) (reduction none, the CPU path).
 mx::array cross_entropy(const mx::array& logits, const mx::array& targets) {
   mx::array l = mx::subtract(logits, mx::stop_gradient(mx::max(logits, -1, true)));
@@ -285,12 +303,19 @@ mx::array cross_entropy(const mx::array& logits, const mx::array& targets) {
 }
 
 // trainer.default_loss: (mean cross-entropy over the unmasked targets, their count).
-std::vector<mx::array> default_loss(Model& model, const mx::array& batch,
-                                    const mx::array& lengths) {
+// `cache` must outlive the gradient computation when layers are checkpointed (a recompute reads
+// it): the caller owns it.
+std::vector<mx::array> default_loss(Model& model, const mx::array& batch, const mx::array& lengths,
+                                    Cache& cache) {
   const int B = batch.shape(0), T = batch.shape(1) - 1;
   mx::array inputs = mx::slice(batch, {0, 0}, {B, T});
   mx::array targets = mx::slice(batch, {0, 1}, {B, T + 1});
-  Cache cache = model.make_cache();
+  if (model.supports_layer_hook()) {
+    cache.clear();
+    for (int i = 0; i < model.num_layers(); ++i) cache.push_back(std::make_unique<NoCache>());
+  } else {
+    cache = model.make_cache();
+  }
   mx::array logits = model(inputs, cache);
   mx::array steps = mx::arange(1, T + 1, mx::int32);
   mx::array mask = mx::logical_and(mx::greater_equal(steps, mx::slice(lengths, {0, 0}, {B, 1})),
@@ -434,7 +459,8 @@ double evaluate(Model& model, const Dataset& data, const TrainOptions& o, int nu
   for (int i = 0; num_batches == -1 || i < num_batches; ++i) {
     auto batch = it.next();
     if (!batch) break;
-    auto out = default_loss(model, batch->tokens, batch->lengths);
+    Cache cache;
+    auto out = default_loss(model, batch->tokens, batch->lengths, cache);
     all_losses = mx::add(all_losses, mx::multiply(out[0], out[1]));
     ntokens = mx::add(ntokens, out[1]);
     mx::eval({all_losses, ntokens});
@@ -556,7 +582,7 @@ TrainOptions TrainOptions::from_args(const json& args) {
   o.test_batches = v.get<int>("test_batches", 500);
   o.max_seq_length = v.get<int>("max_seq_length", 2048);
   o.grad_accumulation_steps = v.get<int>("grad_accumulation_steps", 1);
-  check(!v.get<bool>("grad_checkpoint", false), v.source, "--grad-checkpoint is not supported yet");
+  o.grad_checkpoint = v.get<bool>("grad_checkpoint", false);
   check(o.batch_size >= 1, v.source, "batch_size must be at least 1, got ", o.batch_size);
   check(o.grad_accumulation_steps >= 1, v.source, "grad_accumulation_steps must be at least 1");
   check(o.steps_per_report >= 1 && o.steps_per_eval >= 1 && o.save_every >= 1, v.source,
@@ -640,20 +666,40 @@ void run(const TrainOptions& o, const MetricsCallback& on_metrics) {
     size_t trainable = 0;
     for (const auto& a : params->values) trainable += a.size();
     std::printf("Trainable parameters: %.3f%% (%.3fM/%.3fM)\n",
-                100.0 * trainable / static_cast<double>(total + trainable), trainable / 1e6,
-                (total + trainable) / 1e6);
+                100.0 * trainable / static_cast<double>(total), trainable / 1e6, total / 1e6);
     write_adapter_config(o);
     const fs::path adapter_file = o.adapter_path / "adapters.safetensors";
     Optimizer opt(o, params->values);
     std::vector<int> argnums(params->values.size());
     std::iota(argnums.begin(), argnums.end(), 0);
     const Batch* current = nullptr;
+    Cache step_cache;
     auto loss_and_grad = mx::value_and_grad(
         [&](const std::vector<mx::array>& ps) {
           params->values = ps;
-          return default_loss(*model, current->tokens, current->lengths);
+          return default_loss(*model, current->tokens, current->lengths, step_cache);
         },
         argnums);
+    if (o.grad_checkpoint) {
+      check(model->supports_layer_hook(), "lmx lora",
+            "--grad-checkpoint is not supported for this model_type yet, expected a llama-style "
+            "decoder (llama, qwen2, qwen3, ...)");
+      // trainer.grad_checkpoint: each layer under mx.checkpoint with every trainable parameter as
+      // an input, recomputed in the backward pass instead of keeping its activations.
+      model->set_layer_hook([params](int, const mx::array& x, const Model::LayerFn& f) {
+        const size_t n = params->values.size();
+        std::vector<mx::array> in = params->values;
+        in.push_back(x);
+        auto run = mx::checkpoint([params, f, n](const std::vector<mx::array>& in) {
+          const std::vector<mx::array> saved = params->values;
+          params->values.assign(in.begin(), in.begin() + n);
+          std::vector<mx::array> out{f(in[n])};
+          params->values = saved;
+          return out;
+        });
+        return run(in)[0];
+      });
+    }
 
     std::printf("Starting training..., iters: %d\n", o.iters);
     std::fflush(stdout);

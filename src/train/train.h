@@ -49,6 +49,7 @@ struct TrainOptions {
   int test_batches = 500;
   int max_seq_length = 2048;
   int grad_accumulation_steps = 1;
+  bool grad_checkpoint = false;  // recompute each layer in the backward pass (llama-style)
   std::optional<Schedule> lr_schedule;
   int rank = 8;
   float scale = 20.0f;

@@ -138,6 +138,24 @@ TEST(Train, ResumeAndTestOnlyGiveMlxLmsTestLoss) {
   EXPECT_EQ(t.reports[0].at("test_loss").get<double>(), want);
 }
 
+// --grad-checkpoint recomputes each layer in the backward pass (mx::checkpoint, as mlx-lm's
+// grad_checkpoint): the same losses, bit for bit, as mlx-lm's run without it.
+TEST(Train, GradCheckpointGivesTheSameLosses) {
+  const fs::path dir = test::data_path("train/llama_f32_text");
+  const json want = read_json_file(dir / "reference.json").at("reports");
+  TrainRun r = train_row("llama_f32_text", [&](json& a) {
+    a["grad_checkpoint"] = true;
+    a["test"] = false;
+  });
+  ASSERT_EQ(r.reports.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    const char* key = want[i].contains("train_loss") ? "train_loss" : "val_loss";
+    EXPECT_EQ(r.reports[i].at(key).get<double>(), want[i].at(key).get<double>()) << i;
+  }
+  expect_same_tensors(r.adapter / "adapters.safetensors", dir / "adapters/adapters.safetensors");
+  fs::remove_all(r.adapter);
+}
+
 TEST(Train, BadInputNamesFileAndLine) {
   const fs::path dir = test::data_path("train/llama_f32_text");
   const fs::path data = scratch("bad_data");
