@@ -28,7 +28,7 @@ const std::vector<Arg>& lora_args() {
       {"model", "model", Kind::str, "model directory or hub repo id", "PATH|REPO"},
       {"train", "train", Kind::on, "train an adapter"},
       {"data", "data", Kind::str, "directory with train.jsonl, valid.jsonl, test.jsonl", "DIR"},
-      {"fine-tune-type", "fine_tune_type", Kind::str, "lora (dora and full: not yet)", "TYPE"},
+      {"fine-tune-type", "fine_tune_type", Kind::str, "lora or dora (full: not yet)", "TYPE"},
       {"optimizer", "optimizer", Kind::str, "adam or adamw", "NAME"},
       {"mask-prompt", "mask_prompt", Kind::on, "no loss on the prompt (chat, completions)"},
       {"num-layers", "num_layers", Kind::integer, "layers to fine-tune, from the last; -1: all",
@@ -48,7 +48,8 @@ const std::vector<Arg>& lora_args() {
       {"test", "test", Kind::on, "evaluate on test.jsonl (after training, if --train)"},
       {"test-batches", "test_batches", Kind::integer, "test batches; -1: the whole set", "N"},
       {"max-seq-length", "max_seq_length", Kind::integer, "longer sequences are truncated", "N"},
-      {"grad-checkpoint", "grad_checkpoint", Kind::on, "recompute each layer in the backward pass (less memory)"},
+      {"grad-checkpoint", "grad_checkpoint", Kind::on,
+       "recompute each layer in the backward pass (less memory)"},
       {"seed", "seed", Kind::integer, "the PRNG seed", "N"},
       {"metrics-file", "metrics_file", Kind::str, "append each report as a JSON line", "FILE"},
   };
@@ -65,12 +66,13 @@ int cmd_lora(const Args& args) {
       {"config", "a YAML file with the training options (mlx_lm.lora's)", false, "FILE"});
   specs.push_back({"c", "(-c) short for --config", false, "FILE"});
   specs.push_back(offline_flag());
-  Flags f("lora",
-          "LoRA / QLoRA fine-tuning as mlx_lm.lora: the same flags, YAML config, data formats,\n"
-          "losses and adapter format (adapter_config.json + adapters.safetensors), which\n"
-          "`lmx generate --adapter-path` and mlx_lm.load(..., adapter_path=...) load. The model\n"
-          "runs tier L1 (stock MLX ops). See docs/training.md.",
-          specs);
+  Flags f(
+      "lora",
+      "LoRA / DoRA / QLoRA fine-tuning as mlx_lm.lora: the same flags, YAML config, data formats,\n"
+      "losses and adapter format (adapter_config.json + adapters.safetensors), which\n"
+      "`lmx generate --adapter-path` and mlx_lm.load(..., adapter_path=...) load. The model\n"
+      "runs tier L1 (stock MLX ops). See docs/training.md.",
+      specs);
   if (!f.parse(args)) {
     std::fputs(f.usage().c_str(), stdout);
     return 0;
