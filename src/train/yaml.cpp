@@ -203,7 +203,9 @@ class Parser {
     static const std::regex integer(R"([-+]?(0|[1-9][0-9_]*))");
     // yaml's float plus mlx-lm's resolver (exponent without a dot: 1e-5).
     static const std::regex real(
-        R"([-+]?([0-9][0-9_]*)\.[0-9_]*([eE][-+]?[0-9]+)?|[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+|\.[0-9_]+([eE][-+][0-9]+)?)");
+        R"([-+]?([0-9][0-9_]*)\.[0-9_]*([eE][-+]?[0-9]+)?)"
+        R"(|[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+)"
+        R"(|\.[0-9_]+([eE][-+][0-9]+)?)");
     std::string digits;
     for (char c : s)
       if (c != '_') digits += c;
