@@ -56,6 +56,8 @@ model="$(scripts/prepare_default_model.sh "$root/build/lmx" "$data/smollm2-135m-
 "$py" scripts/gen_batch_golden.py "$model" "$data/golden"
 step "LoRA adapters made with mlx-lm and its logits / greedy text with them loaded"
 "$py" scripts/gen_lora_fixtures.py "$data/lora" --smollm2 "$model"
+step "LoRA training and fuse references (mlx_lm.lora, mlx_lm.fuse on tiny models)"
+"$py" scripts/gen_train_fixtures.py "$data/train"
 step "chat templates rendered by transformers' apply_chat_template"
 "$py" scripts/gen_template_fixtures.py "$data/templates" --cache "$root/.cache" --model-dir "$model"
 # A sanitizer build of lmx and its tests (build-address, ...) reading build/testdata.

@@ -50,6 +50,8 @@ int cmd_bench(const Args& args);
 int cmd_chat(const Args& args);
 int cmd_serve(const Args& args);
 int cmd_embed(const Args& args);
+int cmd_lora(const Args& args);
+int cmd_fuse(const Args& args);
 int cmd_get(const Args& args);
 int cmd_ls(const Args& args);
 int cmd_rm(const Args& args);

@@ -18,6 +18,8 @@ commands:
   chat       chat with a model in the terminal
   serve      serve the model over HTTP (OpenAI and Anthropic APIs)
   embed      embed texts (Qwen3-Embedding checkpoints), printed as JSON
+  lora       fine-tune a LoRA adapter (mlx_lm.lora's flags and config)
+  fuse       fuse an adapter into its base model (mlx_lm.fuse)
   get        download a model from the Hugging Face hub into the local cache
   ls         list the models in the local Hugging Face cache
   rm         remove a model from the local Hugging Face cache
@@ -55,6 +57,8 @@ int main(int argc, char** argv) {
     if (cmd == "chat") return cmd_chat(args);
     if (cmd == "serve") return cmd_serve(args);
     if (cmd == "embed") return cmd_embed(args);
+    if (cmd == "lora") return cmd_lora(args);
+    if (cmd == "fuse") return cmd_fuse(args);
     if (cmd == "get") return cmd_get(args);
     if (cmd == "ls") return cmd_ls(args);
     if (cmd == "rm") return cmd_rm(args);

@@ -127,9 +127,17 @@ class Model {
   // Takes a batch of independent rows (cache/rows_cache.h) in one forward. Models whose layers
   // pass K/V between them (gemma4's KV sharing) step rows one at a time instead.
   virtual bool batches_rows() const { return true; }
+  // Training (src/train, gradient checkpointing): each decoder layer runs as hook(layer, x, f)
+  // instead of f(x). `f` holds what it needs by value, so it may run again later (a recompute).
+  // Models whose forward calls the hook return true from supports_layer_hook.
+  using LayerFn = std::function<mx::array(const mx::array&)>;
+  using LayerHook = std::function<mx::array(int layer, const mx::array& x, const LayerFn& f)>;
+  virtual bool supports_layer_hook() const { return false; }
+  void set_layer_hook(LayerHook hook) { layer_hook_ = std::move(hook); }
 
  protected:
   HiddenTap* tap_ = nullptr;
+  LayerHook layer_hook_;
 
  private:
   bool cpu_kernels_ = false;

@@ -30,8 +30,7 @@ mx::array SwiGLUMLP::operator()(const mx::array& x) const {
 }
 
 Attention::Attention(const AttentionOptions& o, WeightStore& w, const std::string& p)
-    : opt(o),
-      scale(o.scale ? *o.scale : static_cast<float>(std::pow(o.head_dim, -0.5))) {
+    : opt(o), scale(o.scale ? *o.scale : static_cast<float>(std::pow(o.head_dim, -0.5))) {
   const int q_size = o.n_heads * o.head_dim, kv_size = o.n_kv_heads * o.head_dim;
   // In module order (q, k, v, o): the first bad tensor is the one an error names.
   if (o.fused_qkv) {
@@ -177,7 +176,14 @@ mx::array DenseDecoder::hidden(const mx::array& tokens, Cache& cache) {
     break;
   }
   for (size_t i = 0; i < layers_.size(); ++i) {
-    h = layers_[i](h, is_sliding(i) ? sliding_mask : mask, *cache[i]);
+    if (layer_hook_) {
+      const Mask& m = is_sliding(i) ? sliding_mask : mask;
+      h = layer_hook_(static_cast<int>(i), h, [this, i, m, c = cache[i].get()](const mx::array& x) {
+        return layers_[i](x, m, *c);
+      });
+    } else {
+      h = layers_[i](h, is_sliding(i) ? sliding_mask : mask, *cache[i]);
+    }
     if (tap_) tap_->on_layer(static_cast<int>(i), h);
   }
   h = norm_(h);

@@ -103,6 +103,7 @@ class DenseDecoder : public Model {
   mx::array operator()(const mx::array& tokens, Cache& cache) override;
   Cache make_cache() const override;
   int num_layers() const override { return static_cast<int>(layers_.size()); }
+  bool supports_layer_hook() const override { return true; }
 
  private:
   bool is_sliding(size_t layer) const { return layer < sliding_.size() && sliding_[layer]; }
