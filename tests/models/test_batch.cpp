@@ -213,10 +213,29 @@ TEST_P(BatchRows, EveryRowAsAloneWithJoinsAndLeaves) {
 INSTANTIATE_TEST_SUITE_P(Rows, BatchRows, ::testing::ValuesIn(kRows),
                          [](const auto& info) { return info.param; });
 
+// The L3 gate of batched rows against their single-stream tokens: each row's greedy tokens agree
+// up to its first divergence for at least 90% of all tokens, and each agreeing token's
+// log-probability is within 1e-2.
+void expect_within_gate(const std::vector<Outcome>& got, const std::vector<Tokens>& want,
+                        const std::string& row) {
+  int same = 0, total = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    ASSERT_EQ(got[i].result.finish_reason, "length") << got[i].result.error;
+    ASSERT_EQ(got[i].tokens.ids.size(), want[i].ids.size());
+    for (size_t j = 0; j < want[i].ids.size(); ++j) {
+      ++total;
+      if (got[i].tokens.ids[j] != want[i].ids[j]) break;  // the rest follows another path
+      ++same;
+      EXPECT_NEAR(got[i].tokens.logprobs[j], want[i].logprobs[j], 1e-2)
+          << row << " request " << i << " token " << j;
+    }
+  }
+  EXPECT_GE(same, total * 9 / 10) << row << ": " << same << " of " << total;
+}
+
 // Tier L3 (the CPU default): rows in a batch run the layer op by op on the L3 matmul kernels
 // with the rows attention kernel, alone the fused layer runs; the same model, other rounding
-// (float32 models keep K/V as float16 in the fused layer). Gate: each greedy row agrees with its
-// single-stream tokens, and each agreeing token's log-probability is within 1e-2.
+// (float32 models keep K/V as float16 in the fused layer): expect_within_gate.
 class BatchRowsL3 : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(BatchRowsL3, RowsAgreeWithAloneWithinTheGate) {
@@ -228,19 +247,7 @@ TEST_P(BatchRowsL3, RowsAgreeWithAloneWithinTheGate) {
   for (const Case& c : cases) want.push_back(alone(model, c));
   Scheduler s(model, {.max_batch = 3, .prefill_step_size = 8, .prompt_cache_entries = 0});
   const std::vector<Outcome> got = batched(s, cases);
-  int same = 0, total = 0;
-  for (size_t i = 0; i < cases.size(); ++i) {
-    ASSERT_EQ(got[i].result.finish_reason, "length") << got[i].result.error;
-    ASSERT_EQ(got[i].tokens.ids.size(), want[i].ids.size());
-    for (size_t j = 0; j < want[i].ids.size(); ++j) {
-      ++total;
-      if (got[i].tokens.ids[j] != want[i].ids[j]) break;  // the rest follows another path
-      ++same;
-      EXPECT_NEAR(got[i].tokens.logprobs[j], want[i].logprobs[j], 1e-2)
-          << GetParam() << " request " << i << " token " << j;
-    }
-  }
-  EXPECT_GE(same, total * 9 / 10) << GetParam() << ": " << same << " of " << total;
+  expect_within_gate(got, want, GetParam());
 }
 
 INSTANTIATE_TEST_SUITE_P(Rows, BatchRowsL3,
@@ -539,19 +546,7 @@ TEST(SchedulerAdapters, L3RowsWithAdaptersAgreeWithTheLoadedAdapterWithinTheGate
   for (size_t i = 0; i < cases.size(); i += 2) cases[i].options.adapter = "a";
   Scheduler s(base, {.max_batch = 3, .prefill_step_size = 8, .prompt_cache_entries = 0});
   const std::vector<Outcome> got = batched(s, cases);
-  int same = 0, total = 0;
-  for (size_t i = 0; i < cases.size(); ++i) {
-    ASSERT_EQ(got[i].result.finish_reason, "length") << got[i].result.error;
-    ASSERT_EQ(got[i].tokens.ids.size(), want[i].ids.size());
-    for (size_t j = 0; j < want[i].ids.size(); ++j) {
-      ++total;
-      if (got[i].tokens.ids[j] != want[i].ids[j]) break;
-      ++same;
-      EXPECT_NEAR(got[i].tokens.logprobs[j], want[i].logprobs[j], 1e-2)
-          << row << " request " << i << " token " << j;
-    }
-  }
-  EXPECT_GE(same, total * 9 / 10) << row << ": " << same << " of " << total;
+  expect_within_gate(got, want, row);
 }
 
 TEST(SchedulerAdapters, PromptCacheKeepsAdaptersApartAndUnloadWaitsForUsers) {
