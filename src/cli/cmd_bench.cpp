@@ -287,8 +287,9 @@ int cmd_bench(const Args& args) {
           "--prompt-lookup");
     const int step = f.integer("prefill-step-size", 512);
     check(step > 0, "lmx bench", "--prefill-step-size must be > 0, got ", step);
-    bench_concurrent(model, opt, 1, std::min(prompt_tokens, 16), 8, seed, step);  // warm-up
     for (int n : parse_levels(f.str("concurrency"))) {
+      // Untimed first, with the same shapes: MLX's JIT compiles (GPU) and first allocations.
+      bench_concurrent(model, opt, n, prompt_tokens, 2, seed + 1, step);
       const ConcurrencyResult r =
           bench_concurrent(model, opt, n, prompt_tokens, gen_tokens, seed, step);
       if (as_json) {
