@@ -76,7 +76,20 @@ IsaKernels kernels_for(Isa isa) {
   return k;
 }
 
+namespace {
+std::atomic<int>& int8_override() {
+  static std::atomic<int> mode{-1};
+  return mode;
+}
+}  // namespace
+
+void set_int8_mode(std::optional<Int8Mode> mode) {
+  int8_override().store(mode ? static_cast<int>(*mode) : -1, std::memory_order_relaxed);
+}
+
 Int8Mode int8_mode() {
+  if (const int o = int8_override().load(std::memory_order_relaxed); o >= 0)
+    return static_cast<Int8Mode>(o);
   static const Int8Mode mode = [] {
     const char* env = std::getenv("LMX_CPU_INT8");
     if (!env || !*env || std::strcmp(env, "1") == 0) return Int8Mode::best;

@@ -31,6 +31,8 @@ enum class Int8Mode { off, best, all };
 constexpr int kInt8MaxRows = 8;
 // LMX_CPU_INT8=0|1|all (off, best, all); unset: best.
 Int8Mode int8_mode();
+// Overrides the environment for the graphs built after it (tests, A/B runs); nullopt: back to it.
+void set_int8_mode(std::optional<Int8Mode> mode);
 // Whether the AVX512-VNNI kernel runs on its own packed copy of each weight (qmm_args.h
 // kPackRows), made on the weight's first int8 call and kept while the weight lives: about 1.3x
 // faster decode for a second copy of the weights in memory. LMX_CPU_PACK=0|1 (unset: 1);
