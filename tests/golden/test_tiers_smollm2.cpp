@@ -1,11 +1,12 @@
 // Tier L3 (lmx's CPU kernels) against tier L1 on the real SmolLM2-135M-Instruct 4-bit (float32
 // activations and scales): mean KL <= 1e-3 over a 512-token teacher-forced text, top-1
 // agreement >= 98% (over one forward, on the packed int8 path where the CPU has it and on the
-// float32 kernel, and in decode-sized steps),
+// float32 kernel, and in decode-sized steps over its first 256 tokens, 512 with LMX_HEAVY=1),
 // greedy output identical on >= 3 of 4 prompts for 64 tokens; and the same tokens for any thread
 // count, with the AVX2 kernel and with LMX_CPU_INT8=0.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -53,7 +54,11 @@ TEST(TiersSmolLM2, TeacherForcedAndGreedyAgreeWithL1) {
     RecordProperty("float_kernel_mean_kl", std::to_string(rf.mean_kl));
   }
   // The same text in decode-sized steps (1 to kInt8MaxRows tokens): the int8-activation path.
-  const auto rs = test::compare_teacher_forced_steps(*exact.model, *fast.model, ids,
+  // Its first 256 tokens (L1 in small steps is the suite's slowest part); LMX_HEAVY=1: all 512.
+  const char* heavy = std::getenv("LMX_HEAVY");
+  const std::vector<int> step_ids(ids.begin(),
+                                  ids.begin() + (heavy && std::string(heavy) == "1" ? 512 : 256));
+  const auto rs = test::compare_teacher_forced_steps(*exact.model, *fast.model, step_ids,
                                                      kernels::cpu::kInt8MaxRows);
   EXPECT_LE(rs.mean_kl, 1e-3);
   EXPECT_GE(rs.top1_agree, 0.98);
