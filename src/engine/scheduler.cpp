@@ -391,11 +391,7 @@ void Scheduler::State::finish(Row& r, const std::string& reason, const std::stri
     r.spec.reset();  // waits for its last round
   }
   r.stats.peak_memory = mx::get_peak_memory();
-  for (const auto& c : r.cache) {
-    r.stats.kv_bytes += c->nbytes();
-    if (c->capacity() > 0)
-      r.stats.kv_bytes_per_token += static_cast<double>(c->nbytes()) / c->capacity();
-  }
+  add_kv_stats(r.stats, r.cache);
   res.stats = r.stats;
   if (error.empty() && !r.cache.empty()) {
     // A step may be in flight past the last token read: the cache's offset says what it holds.

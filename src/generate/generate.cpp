@@ -32,8 +32,8 @@ TokenGenerator::TokenGenerator(Model& model, Cache& cache, std::vector<int> prom
   const int total = static_cast<int>(prompt.size());
   while (total - done > 1) {
     const int n = std::min(opt_.prefill_step_size, total - done - 1);
-    prefill_chunk(mx::expand_dims(mx::slice(tokens, {done}, {done + n}), 0), cache_, opt_,
-                  history_, [&](const mx::array& t) { return model_(t, cache_); });
+    prefill_chunk(mx::expand_dims(mx::slice(tokens, {done}, {done + n}), 0), cache_, opt_, history_,
+                  [&](const mx::array& t) { return model_(t, cache_); });
     done += n;
   }
   auto [y, lp] = step(mx::slice(tokens, {done}, {total}), /*generated=*/false);
@@ -171,12 +171,16 @@ GenerationStats generate(Model& model, Cache& cache, const std::vector<int>& pro
     if (!on_token(*s)) break;
   }
   GenerationStats stats = gen.stats();
+  add_kv_stats(stats, cache);
+  return stats;
+}
+
+void add_kv_stats(GenerationStats& stats, const Cache& cache) {
   for (const auto& c : cache) {
     stats.kv_bytes += c->nbytes();
     if (c->capacity() > 0)
       stats.kv_bytes_per_token += static_cast<double>(c->nbytes()) / c->capacity();
   }
-  return stats;
 }
 
 }  // namespace lmx

@@ -71,6 +71,9 @@ std::pair<mx::array, mx::array> sample_next(const Model& model, mx::array logits
 // RotatingQuantizedKVCache (where mlx-lm raises NotImplementedError).
 void maybe_quantize_kv_cache(Cache& cache, const GenerateOptions& options);
 
+// Adds the cache's allocated bytes and what one more cached token costs to the stats.
+void add_kv_stats(GenerationStats& stats, const Cache& cache);
+
 // Streams tokens to `on_token` until max_tokens, an EOS id, or on_token returning false.
 GenerationStats generate(Model& model, const std::vector<int>& prompt,
                          const GenerateOptions& options, const std::vector<int>& eos_ids,

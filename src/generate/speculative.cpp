@@ -296,11 +296,7 @@ GenerationStats speculative_generate(Model& model, Cache& cache, const std::vect
     if (!on_token(*s)) break;
   }
   GenerationStats stats = gen.stats();
-  for (const auto& c : cache) {
-    stats.kv_bytes += c->nbytes();
-    if (c->capacity() > 0)
-      stats.kv_bytes_per_token += static_cast<double>(c->nbytes()) / c->capacity();
-  }
+  add_kv_stats(stats, cache);
   return stats;
 }
 
