@@ -303,6 +303,20 @@ struct StreamRequest {
   std::function<void(const StreamResult&)> on_done;
 };
 
+// Schedulers of several models in one process (lmx serve with several --model) take turns: one
+// runs an iteration (admission, a prefill chunk, a decode step) while the others wait, in the
+// order they asked; a model loading takes a turn too. A ticket lock, so no model starves.
+class TurnLock {
+ public:
+  void lock();
+  void unlock();
+
+ private:
+  struct State;
+  std::shared_ptr<State> s_ = make_state();
+  static std::shared_ptr<State> make_state();
+};
+
 struct SchedulerOptions {
   int max_batch = 0;            // rows decoded together; 0: 16 on the CPU, 64 on a GPU
   int prompt_concurrency = 1;   // joining prompts prefilled per step
@@ -311,6 +325,20 @@ struct SchedulerOptions {
   size_t prompt_cache_entries = 10;
   std::optional<size_t> prompt_cache_bytes = std::nullopt;
   std::string cache_key = {};  // names the weights in the prompt cache (model and adapter)
+  std::shared_ptr<TurnLock> turns = nullptr;  // shared with other models' schedulers
+};
+
+// What a scheduler holds and has done, for metrics; updated once per iteration.
+struct SchedulerStats {
+  int waiting = 0;                   // queued, not yet admitted
+  int active = 0;                    // rows prefilling or decoding
+  uint64_t steps = 0;                // decode steps run (each over all ready rows)
+  uint64_t prompt_cache_hits = 0;    // requests that reused a cached prefix
+  uint64_t prompt_cache_misses = 0;  // requests that found none
+  uint64_t cached_tokens = 0;        // prompt tokens those hits reused
+  size_t prompt_cache_entries = 0;
+  size_t prompt_cache_bytes = 0;
+  size_t kv_bytes = 0;  // the running rows' KV caches
 };
 
 // submit() past SchedulerOptions::max_queue.
@@ -341,6 +369,7 @@ class Scheduler {
   int waiting() const;  // queued, not yet admitted
   int active() const;   // rows prefilling or decoding
   int max_batch() const;
+  SchedulerStats stats() const;
 
  private:
   struct State;

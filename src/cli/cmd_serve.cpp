@@ -1,11 +1,38 @@
+#include <cctype>
 #include <cstdio>
 #include <filesystem>
+#include <string>
+#include <vector>
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "hub/hub.h"
 #include "server/server.h"
 
 namespace lmx::cli {
+
+namespace {
+
+// A byte count, with an optional K, M or G (powers of 1024) suffix.
+size_t parse_bytes(const std::string& v, const char* flag) {
+  size_t used = 0;
+  double n = -1;
+  try {
+    n = std::stod(v, &used);
+  } catch (const std::exception&) {
+  }
+  double unit = 1;
+  if (used > 0 && used + 1 == v.size()) {
+    const char c = static_cast<char>(std::toupper(static_cast<unsigned char>(v.back())));
+    unit = c == 'K' ? 1024.0 : c == 'M' ? 1048576.0 : c == 'G' ? 1073741824.0 : 0;
+    if (unit > 0) ++used;
+  }
+  check(used == v.size() && used > 0 && n >= 0 && unit > 0, "serve", flag,
+        " must be a byte count (suffix K, M or G allowed), got ", v);
+  return static_cast<size_t>(n * unit);
+}
+
+}  // namespace
 
 // mlx_lm.server's flags (same names and defaults), plus --api-key, --max-body-bytes.
 int cmd_serve(const Args& args) {
@@ -14,8 +41,25 @@ int cmd_serve(const Args& args) {
       "Serve the model over HTTP: OpenAI (/v1/chat/completions, /v1/completions, /v1/models) "
       "and Anthropic (/v1/messages) APIs.",
       {
-          {"model", "model directory (MLX format) or Hugging Face repo id org/name[@rev]", false,
-           "DIR|REPO"},
+          {"model",
+           "model directory (MLX format) or Hugging Face repo id org/name[@rev]; repeatable: "
+           "requests pick one by \"model\" (the first is the default)",
+           false, "DIR|REPO"},
+          {"models-dir", "serve every model directory (with a config.json) under DIR by its name",
+           false, "DIR"},
+          {"served-model-name", "another name of the first model; repeatable", false, "NAME"},
+          {"max-loaded-models",
+           "models loaded at once; past it the least recently used idle one is unloaded", false,
+           "N", "the number of --model flags"},
+          {"memory-budget",
+           "bytes of model weights loaded at once (suffix K, M, G allowed); past it the least "
+           "recently used idle model is unloaded",
+           false, "BYTES", "unlimited"},
+          {"any-model-name", "answer requests naming an unknown model with the first model", true},
+          {"responses-ttl", "seconds a /v1/responses response is kept for previous_response_id",
+           false, "S", "3600"},
+          {"responses-max-bytes", "byte cap of the kept /v1/responses responses", false, "BYTES",
+           "64M"},
           {"host", "address to listen on", false, "HOST", "127.0.0.1"},
           {"port", "port to listen on", false, "PORT", "8080"},
           {"max-tokens", "default maximum tokens per response", false, "N", "512"},
@@ -64,8 +108,38 @@ int cmd_serve(const Args& args) {
     return 0;
   }
   server::ServerOptions o;
-  o.model_id = f.required("model");  // as given: a repo id stays the model's name
-  o.model = resolve_model_flag(f);
+  check(f.has("model") || f.has("models-dir"), "serve",
+        "no model given, expected --model or --models-dir");
+  hub::HubOptions hub_options;
+  if (f.on("offline")) hub_options.offline = true;
+  const std::vector<std::string> models = f.all("model");
+  for (size_t i = 0; i < models.size(); ++i) {
+    // As given: a repo id stays the model's name.
+    const std::filesystem::path dir = hub::resolve_model(models[i], hub_options);
+    if (i == 0) {
+      o.model_id = models[i];
+      o.model = dir;
+    } else {
+      o.more_models.emplace_back(models[i], dir);
+    }
+  }
+  if (f.has("models-dir")) {
+    o.models_dir = f.str("models-dir");
+    check(std::filesystem::is_directory(*o.models_dir), "serve", "--models-dir '",
+          o.models_dir->string(), "' is not a directory");
+  }
+  o.served_model_names = f.all("served-model-name");
+  o.max_loaded_models = f.integer("max-loaded-models", 0);
+  check(!f.has("max-loaded-models") || o.max_loaded_models >= 1, "serve",
+        "--max-loaded-models must be >= 1, got ", o.max_loaded_models);
+  if (f.has("memory-budget"))
+    o.memory_budget = parse_bytes(f.str("memory-budget"), "--memory-budget");
+  o.any_model_name = f.on("any-model-name");
+  o.responses_ttl_seconds = f.integer("responses-ttl", 3600);
+  check(o.responses_ttl_seconds >= 0, "serve", "--responses-ttl must be >= 0, got ",
+        o.responses_ttl_seconds);
+  if (f.has("responses-max-bytes"))
+    o.responses_max_bytes = parse_bytes(f.str("responses-max-bytes"), "--responses-max-bytes");
   o.adapter_path = adapter_path(f);
   for (const std::string& a : f.all("adapter")) {
     const size_t eq = a.find('=');
@@ -126,18 +200,8 @@ int cmd_serve(const Args& args) {
   check(body > 0, "serve", "--max-body-bytes must be > 0");
   o.max_body_bytes = static_cast<size_t>(body);
   o.prompt_cache_entries = static_cast<size_t>(std::max(0, f.integer("prompt-cache-size", 10)));
-  if (f.has("prompt-cache-bytes")) {
-    const std::string v = f.str("prompt-cache-bytes");
-    size_t used = 0;
-    unsigned long long n = 0;
-    try {
-      n = std::stoull(v, &used);
-    } catch (const std::exception&) {
-    }
-    check(used == v.size() && used > 0, "serve", "--prompt-cache-bytes must be a byte count, got ",
-          v);
-    o.prompt_cache_bytes = static_cast<size_t>(n);
-  }
+  if (f.has("prompt-cache-bytes"))
+    o.prompt_cache_bytes = parse_bytes(f.str("prompt-cache-bytes"), "--prompt-cache-bytes");
   o.http_threads = f.integer("http-threads", 32);
   check(o.http_threads > 0, "serve", "--http-threads must be > 0");
   return server::serve(o);

@@ -117,6 +117,8 @@ struct Scheduler::State {
   std::thread::id thread_id;
 
   std::vector<std::unique_ptr<Row>> rows;  // the scheduler thread's
+  SchedulerStats counts;                   // the scheduler thread's; published into `stats`
+  SchedulerStats stats;                    // under mu
 
   Model& net() { return *impl.loaded.model; }
 
@@ -132,7 +134,30 @@ struct Scheduler::State {
   void deliver_token(Row& r, int token, const mx::array& logprobs);
   void finish(Row& r, const std::string& reason, const std::string& error = {});
   void reap();
+  void publish();
 };
+
+struct TurnLock::State {
+  std::mutex mu;
+  std::condition_variable cv;
+  uint64_t next = 0, serving = 0;
+};
+
+std::shared_ptr<TurnLock::State> TurnLock::make_state() { return std::make_shared<State>(); }
+
+void TurnLock::lock() {
+  std::unique_lock<std::mutex> lock(s_->mu);
+  const uint64_t ticket = s_->next++;
+  s_->cv.wait(lock, [&] { return s_->serving == ticket; });
+}
+
+void TurnLock::unlock() {
+  {
+    std::lock_guard<std::mutex> lock(s_->mu);
+    ++s_->serving;
+  }
+  s_->cv.notify_all();
+}
 
 bool Scheduler::State::wait_for_work() {
   std::deque<Queued> in;
@@ -200,8 +225,11 @@ void Scheduler::State::start_row(Row& r) {
   if (auto hit = prompt_cache.take(r.cache_key, prompt)) {
     r.cache = std::move(hit->cache);
     r.cached = hit->reused;
+    ++counts.prompt_cache_hits;
+    counts.cached_tokens += r.cached;
   } else {
     r.cache = net().make_cache();
+    ++counts.prompt_cache_misses;
   }
   r.rest.assign(prompt.begin() + static_cast<long>(r.cached), prompt.end());
   r.seen = prompt;
@@ -275,6 +303,7 @@ void Scheduler::State::step() {
     collect();
   }
   if (!batch.empty()) {
+    ++counts.steps;
     std::vector<mx::array> inputs;
     inputs.reserve(batch.size());
     for (Row* r : batch)
@@ -414,8 +443,30 @@ void Scheduler::State::reap() {
   n_active = static_cast<int>(rows.size());
 }
 
+void Scheduler::State::publish() {
+  counts.active = static_cast<int>(rows.size());
+  counts.prompt_cache_entries = prompt_cache.entries();
+  counts.prompt_cache_bytes = prompt_cache.bytes();
+  counts.kv_bytes = 0;
+  for (auto& r : rows) counts.kv_bytes += cache_bytes(r->cache);
+  std::lock_guard<std::mutex> lock(mu);
+  counts.waiting = static_cast<int>(queue.size());
+  stats = counts;
+}
+
 void Scheduler::State::loop() {
-  while (wait_for_work()) {
+  // Other models' schedulers (SchedulerOptions::turns) run between two iterations of this one.
+  std::unique_lock<TurnLock> turn;
+  if (opt.turns) turn = std::unique_lock<TurnLock>(*opt.turns, std::defer_lock);
+  while (true) {
+    if (turn.owns_lock()) turn.unlock();
+    {
+      // Waits outside the turn: an idle model holds no one up.
+      std::unique_lock<std::mutex> lock(mu);
+      cv.wait(lock, [&] { return stopping || !rows.empty() || !queue.empty() || !tasks.empty(); });
+    }
+    if (turn.mutex()) turn.lock();
+    if (!wait_for_work()) break;
     int prefilled = 0;
     for (auto& r : rows) {
       if (prefilled == opt.prompt_concurrency) break;
@@ -431,6 +482,7 @@ void Scheduler::State::loop() {
     speculate();
     reap();
     if (rows.empty()) mx::clear_cache();
+    publish();
   }
   // Stopping: the step in flight finishes before the rows' arrays go.
   mx::synchronize();
@@ -518,5 +570,13 @@ int Scheduler::waiting() const {
 int Scheduler::active() const { return s_->n_active.load(); }
 
 int Scheduler::max_batch() const { return s_->max_batch; }
+
+SchedulerStats Scheduler::stats() const {
+  std::lock_guard<std::mutex> lock(s_->mu);
+  SchedulerStats st = s_->stats;
+  st.waiting = static_cast<int>(s_->queue.size());
+  st.active = s_->n_active.load();
+  return st;
+}
 
 }  // namespace lmx

@@ -14,6 +14,7 @@
 #include "server/engine.h"
 #include "server/pipeline.h"
 #include "server/requests.h"
+#include "server/responses.h"
 #include "server/server.h"
 
 namespace lmx::server {
@@ -26,8 +27,11 @@ struct Context {
   ToolFormat tool_format = ToolFormat::kNone;
   ojson template_args = ojson::object();
   std::string model_id;
+  std::vector<std::string> aliases;  // other names of this model (--served-model-name...)
+  bool any_name = false;             // --any-model-name
   long created = 0;
   std::optional<std::vector<KVLayerBits>> kv_config;  // --kv-config; unset: the model's own
+  std::shared_ptr<ResponseStore> responses;           // /v1/responses, shared by every served model
 };
 
 struct PreparedChat {
@@ -75,5 +79,10 @@ void handle_count_tokens(const Context& ctx, const httplib::Request& req, httpli
 void handle_list_adapters(const Context& ctx, const httplib::Request& req, httplib::Response& res);
 void handle_load_adapter(const Context& ctx, const httplib::Request& req, httplib::Response& res);
 void handle_unload_adapter(const Context& ctx, const httplib::Request& req, httplib::Response& res);
+// POST /v1/responses, GET and DELETE /v1/responses/{id} (server/responses.h).
+void handle_responses(const Context& ctx, const httplib::Request& req, httplib::Response& res);
+void handle_get_response(const Context& ctx, const httplib::Request& req, httplib::Response& res);
+void handle_delete_response(const Context& ctx, const httplib::Request& req,
+                            httplib::Response& res);
 
 }  // namespace lmx::server

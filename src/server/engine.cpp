@@ -1,6 +1,7 @@
 #include "server/engine.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 
 #include "engine/embed.h"
@@ -78,6 +79,11 @@ void Engine::start() {
   scheduler_ = std::make_unique<Scheduler>(model_, options_.scheduler);
 }
 
+SchedulerStats Engine::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return scheduler_ ? scheduler_->stats() : SchedulerStats{};
+}
+
 size_t Engine::queued() const {
   return scheduler_ ? static_cast<size_t>(scheduler_->waiting()) : 0;
 }
@@ -141,11 +147,25 @@ void Engine::submit(const std::shared_ptr<Job>& job) {
   req.options = job->options;
   req.top_logprobs = job->top_logprobs;
   // The scheduler's thread: the job's events go to its HTTP thread.
-  req.on_token = [job](const StreamToken& t) {
+  auto last = std::make_shared<std::chrono::steady_clock::time_point>();
+  const auto submitted = std::chrono::steady_clock::now();
+  req.on_token = [job, last, submitted, metrics = options_.metrics](const StreamToken& t) {
+    if (metrics && t.token >= 0) {
+      const auto now = std::chrono::steady_clock::now();
+      if (*last == std::chrono::steady_clock::time_point{})
+        metrics->first_token(std::chrono::duration<double>(now - submitted).count());
+      else
+        metrics->next_token(std::chrono::duration<double>(now - *last).count());
+      *last = now;
+    }
     job->push(TokenEvent{t.token, std::string(t.text), t.logprob, t.top});
     return !job->cancelled.load();
   };
-  req.on_done = [job, log = options_.log_stats](const StreamResult& r) {
+  req.on_done = [job, log = options_.log_stats, metrics = options_.metrics,
+                 name = options_.name](const StreamResult& r) {
+    if (metrics)
+      metrics->finished(name, static_cast<int>(job->prompt.size()), r.stats.generation_tokens,
+                        r.finish_reason);
     if (log && r.error.empty())
       std::fprintf(stderr,
                    "lmx serve: INFO: job: prompt %zu tokens (%zu cached), %.3f tokens-per-sec; "

@@ -17,6 +17,7 @@
 #include "constrain/token_constraint.h"
 #include "lmx/lmx.h"
 #include "models/model.h"
+#include "server/metrics.h"
 #include "tokenizer/tokenizer.h"
 
 namespace lmx::server {
@@ -71,6 +72,8 @@ struct EngineOptions {
   std::optional<std::filesystem::path> draft_model;  // speculative decoding's draft
   SchedulerOptions scheduler;  // batch size, queue, prefill chunks, prompt cache
   bool log_stats = false;      // one line per job on standard error: tokens and speeds
+  Metrics* metrics = nullptr;  // the server's counters (TTFT, inter-token latency, tokens)
+  std::string name;            // the model's id in the metrics
 };
 
 class Engine {
@@ -103,6 +106,7 @@ class Engine {
   int vocab_size() const;
   int hidden_size() const;  // the length of an embedding
   size_t queued() const;
+  SchedulerStats stats() const;  // zeros before start() and after stop()
   // Token bytes and their trie for constrained decoding; built on first use (any thread).
   std::shared_ptr<const constrain::TokenTable> token_table() const;
 
@@ -113,7 +117,7 @@ class Engine {
   LanguageModel model_;
   std::shared_ptr<LanguageModel> draft_;
   std::unique_ptr<Scheduler> scheduler_;
-  std::mutex mu_;  // scheduler_ against stop()
+  mutable std::mutex mu_;  // scheduler_ against stop()
 };
 
 }  // namespace lmx::server

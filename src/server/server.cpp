@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -21,6 +22,8 @@
 #include "sampling/sampler.h"
 #include "server/api_error.h"
 #include "server/context.h"
+#include "server/metrics.h"
+#include "server/models.h"
 
 namespace lmx::server {
 
@@ -37,7 +40,8 @@ bool same_secret(std::string_view given, std::string_view key) {
 void check_model(const Context& ctx, const std::string& model) {
   // mlx_lm.server answers any name with its loaded model; so do we for its placeholder name.
   if (model.empty() || model == "default_model" || model == ctx.model_id ||
-      model == ctx.options.model.string() || ctx.engine->has_adapter(model))
+      model == ctx.options.model.string() || ctx.engine->has_adapter(model) || ctx.any_name ||
+      std::find(ctx.aliases.begin(), ctx.aliases.end(), model) != ctx.aliases.end())
     return;
   throw ApiError(404,
                  "The model '" + model + "' does not exist; this server has '" + ctx.model_id + "'",
@@ -311,20 +315,123 @@ void log(const Context& ctx, const char* level, const std::string& msg) {
   std::fprintf(stderr, "lmx serve: %s: %s\n", level, msg.c_str());
 }
 
-// Wraps a handler: OpenAI-shaped errors for ApiError and anything thrown.
-httplib::Server::Handler guarded(const Context& ctx,
-                                 void (*fn)(const Context&, const httplib::Request&,
-                                            httplib::Response&)) {
-  return [&ctx, fn](const httplib::Request& req, httplib::Response& res) {
+// The `model` a JSON request body names ("" when it names none or is not JSON: the default model;
+// the handler then reports the body's own errors).
+std::string model_of(const httplib::Request& req) {
+  if (req.body.empty()) return "";
+  const ojson body = ojson::parse(req.body, nullptr, /*allow_exceptions=*/false);
+  if (body.is_object() && body.contains("model") && body["model"].is_string())
+    return body["model"].get<std::string>();
+  return "";
+}
+
+// Wraps a handler: picks the model the request names (loading it when needed), holds it until
+// the response is done (a streamed body is written after the handler returns), and answers
+// OpenAI-shaped errors for ApiError and anything thrown.
+httplib::Server::Handler guarded(Models& models, void (*fn)(const Context&, const httplib::Request&,
+                                                            httplib::Response&)) {
+  return [&models, fn](const httplib::Request& req, httplib::Response& res) {
+    std::shared_ptr<Context> ctx;
     try {
-      fn(ctx, req, res);
+      ctx = models.get(model_of(req));
+      fn(*ctx, req, res);
+      if (res.content_provider_) {
+        res.content_provider_resource_releaser_ =
+            [ctx, release = std::move(res.content_provider_resource_releaser_)](bool ok) {
+              if (release) release(ok);
+            };
+      }
     } catch (const ApiError& e) {
       send_error(req, res, e);
     } catch (const std::exception& e) {
-      log(ctx, "ERROR", req.path + ": " + e.what());
+      if (ctx) log(*ctx, "ERROR", req.path + ": " + e.what());
       send_error(req, res, ApiError(500, e.what(), "", "server_error"));
     }
   };
+}
+
+// One served model: its engine (loaded here), chat template and tool format.
+std::shared_ptr<Context> make_context(const ServerOptions& o, const ModelSpec& spec, bool first,
+                                      const ojson& template_args, long created,
+                                      const std::shared_ptr<TurnLock>& turns, Metrics* metrics,
+                                      const std::shared_ptr<ResponseStore>& responses) {
+  auto ctx = std::make_shared<Context>();
+  ctx->responses = responses;
+  ctx->options = o;
+  ctx->options.model = spec.path;
+  ctx->created = created;
+  ctx->model_id = spec.id;
+  ctx->aliases = spec.aliases;
+  ctx->any_name = first && o.any_model_name;
+  ctx->template_args = template_args;
+  EngineOptions eo;
+  eo.model = spec.path;
+  eo.exact = o.exact;
+  if (first) {
+    eo.adapter_path = o.adapter_path;
+    eo.adapters = o.adapters;
+    eo.draft_model = o.draft_model;
+  } else {
+    ctx->options.adapter_path.reset();
+    ctx->options.adapters.clear();
+    ctx->options.draft_model.reset();
+    ctx->options.prompt_lookup = o.prompt_lookup;
+  }
+  eo.scheduler = o.scheduler;
+  eo.scheduler.prompt_cache_entries = o.prompt_cache_entries;
+  eo.scheduler.prompt_cache_bytes = o.prompt_cache_bytes;
+  eo.scheduler.turns = turns;
+  eo.log_stats = o.log_level == "INFO" || o.log_level == "DEBUG";
+  eo.metrics = metrics;
+  eo.name = spec.id;
+  {
+    // Loading runs MLX work: it takes a turn among the running models' schedulers.
+    std::lock_guard<TurnLock> turn(*turns);
+    ctx->engine = std::make_unique<Engine>(eo);
+    if (!o.kv_config.empty())
+      ctx->kv_config = o.kv_config == "off" ? std::vector<KVLayerBits>{}
+                                            : ctx->engine->model().read_kv_config(o.kv_config);
+  }
+  try {
+    ctx->chat_template = chat::load_chat_template(spec.path, o.chat_template);
+  } catch (const lmx::Error& e) {
+    if (!o.chat_template.empty()) throw;
+    ctx->template_error = e.what();
+  }
+  const std::string source = o.chat_template.empty()
+                                 ? ctx->engine->tokenizer().chat_template()
+                                 : chat::read_chat_template_arg(o.chat_template);
+  ctx->tool_format = detect_tool_format(source);
+  ctx->engine->start();
+  log(*ctx, "INFO",
+      "loaded " + spec.id + " (tool format " + tool_format_name(ctx->tool_format) + ")");
+  return ctx;
+}
+
+std::vector<ModelSpec> model_specs(const ServerOptions& o) {
+  std::vector<ModelSpec> specs;
+  auto add = [&](const std::string& id, const std::filesystem::path& path) {
+    for (const auto& s : specs)
+      check(s.id != id, "serve", "the model name '", id, "' is given twice, expected one");
+    ModelSpec s;
+    s.id = id;
+    s.path = path;
+    s.weight_bytes = weight_bytes(path);
+    // A short name: the last part of a repo id or directory ("org/name" -> "name").
+    const std::string base = std::filesystem::path(id).filename().string();
+    if (!base.empty() && base != id) s.aliases.push_back(base);
+    specs.push_back(std::move(s));
+  };
+  if (!o.model.empty()) add(o.model_id.empty() ? o.model.string() : o.model_id, o.model);
+  for (const auto& [id, path] : o.more_models) add(id, path);
+  if (o.models_dir)
+    for (auto& s : scan_models_dir(*o.models_dir))
+      if (std::none_of(specs.begin(), specs.end(), [&](const auto& x) { return x.id == s.id; }))
+        specs.push_back(std::move(s));
+  check(!specs.empty(), "serve", "no model to serve: --models-dir '",
+        o.models_dir ? o.models_dir->string() : "", "' holds no model directory (config.json)");
+  for (const std::string& n : o.served_model_names) specs[0].aliases.push_back(n);
+  return specs;
 }
 
 }  // namespace
@@ -338,40 +445,32 @@ int serve(const ServerOptions& o) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
-  Context ctx;
-  ctx.options = o;
-  ctx.created = static_cast<long>(std::time(nullptr));
-  ctx.model_id = o.model_id.empty() ? o.model.string() : o.model_id;
-  {
-    ojson args = ojson::parse(o.chat_template_args, nullptr, false);
-    check(!args.is_discarded() && args.is_object(), "serve",
-          "--chat-template-args must be a JSON object, got ", o.chat_template_args);
-    ctx.template_args = args;
-  }
-  EngineOptions eo;
-  eo.model = o.model;
-  eo.exact = o.exact;
-  eo.adapter_path = o.adapter_path;
-  eo.adapters = o.adapters;
-  eo.draft_model = o.draft_model;
-  eo.scheduler = o.scheduler;
-  eo.scheduler.prompt_cache_entries = o.prompt_cache_entries;
-  eo.scheduler.prompt_cache_bytes = o.prompt_cache_bytes;
-  eo.log_stats = o.log_level == "INFO" || o.log_level == "DEBUG";
-  ctx.engine = std::make_unique<Engine>(eo);
-  if (!o.kv_config.empty())
-    ctx.kv_config = o.kv_config == "off" ? std::vector<KVLayerBits>{}
-                                         : ctx.engine->model().read_kv_config(o.kv_config);
-  try {
-    ctx.chat_template = chat::load_chat_template(o.model, o.chat_template);
-  } catch (const lmx::Error& e) {
-    if (!o.chat_template.empty()) throw;
-    ctx.template_error = e.what();
-  }
-  const std::string source = o.chat_template.empty()
-                                 ? ctx.engine->tokenizer().chat_template()
-                                 : chat::read_chat_template_arg(o.chat_template);
-  ctx.tool_format = detect_tool_format(source);
+  ojson template_args = ojson::parse(o.chat_template_args, nullptr, false);
+  check(!template_args.is_discarded() && template_args.is_object(), "serve",
+        "--chat-template-args must be a JSON object, got ", o.chat_template_args);
+  const long created = static_cast<long>(std::time(nullptr));
+  Metrics metrics;
+  auto turns = std::make_shared<TurnLock>();
+  auto responses = std::make_shared<ResponseStore>(std::chrono::seconds(o.responses_ttl_seconds),
+                                                   o.responses_max_bytes);
+  std::vector<ModelSpec> specs = model_specs(o);
+  const std::string first_id = specs[0].id;
+  ModelsOptions mo;
+  mo.max_loaded = o.max_loaded_models > 0 ? o.max_loaded_models
+                                          : std::max(1, static_cast<int>(1 + o.more_models.size()));
+  mo.memory_budget = o.memory_budget;
+  mo.any_name = o.any_model_name;
+  Models models(
+      std::move(specs), mo,
+      [&](const ModelSpec& spec) {
+        return make_context(o, spec, spec.id == first_id, template_args, created, turns, &metrics,
+                            responses);
+      },
+      &metrics);
+  // The server-wide options and logging; no model (holding one would keep it from unloading).
+  Context server;
+  server.options = o;
+  const Context& ctx = server;
 
   httplib::Server http;
   const int threads = o.http_threads;
@@ -403,57 +502,87 @@ int serve(const ServerOptions& o) {
     else
       send_error(req, res, ApiError(res.status, "HTTP error " + std::to_string(res.status)));
   });
-  http.set_logger([&ctx](const httplib::Request& req, const httplib::Response& res) {
+  http.set_logger([&ctx, &metrics](const httplib::Request& req, const httplib::Response& res) {
+    metrics.request(req.method, Metrics::route_of(req.path), res.status);
     log(ctx, "INFO", req.method + " " + req.path + " " + std::to_string(res.status));
   });
   http.Get("/health", [](const httplib::Request&, httplib::Response& res) {
     res.set_content(R"({"status":"ok"})", "application/json");
   });
-  const ojson model_card = {
-      {"id", ctx.model_id}, {"object", "model"}, {"created", ctx.created}, {"owned_by", "lmx"}};
+  const auto model_card = [created](const ModelSpec& s, bool loaded) {
+    return ojson{{"id", s.id},
+                 {"object", "model"},
+                 {"created", created},
+                 {"owned_by", "lmx"},
+                 {"loaded", loaded}};
+  };
   // Loaded adapters are models too (as vLLM lists its LoRA adapters), with the base as parent.
-  const auto adapter_card = [&ctx](const std::string& name) {
+  const auto adapter_card = [created](const std::string& name, const std::string& parent) {
     return ojson{{"id", name},
                  {"object", "model"},
-                 {"created", ctx.created},
+                 {"created", created},
                  {"owned_by", "lmx"},
-                 {"parent", ctx.model_id}};
+                 {"parent", parent}};
   };
   http.Get("/v1/models",
-           [&ctx, model_card, adapter_card](const httplib::Request&, httplib::Response& res) {
-             ojson data = ojson::array({model_card});
-             for (const auto& a : ctx.engine->adapters()) data.push_back(adapter_card(a.name));
+           [&models, model_card, adapter_card](const httplib::Request&, httplib::Response& res) {
+             ojson data = ojson::array();
+             for (const auto& s : models.specs()) {
+               auto loaded = models.loaded(s.id);
+               data.push_back(model_card(s, loaded != nullptr));
+               if (loaded)
+                 for (const auto& a : loaded->engine->adapters())
+                   data.push_back(adapter_card(a.name, s.id));
+             }
              send_json(res, {{"object", "list"}, {"data", data}});
            });
-  http.Get(R"(/v1/models/(.+))",
-           [&ctx, model_card, adapter_card](const httplib::Request& req, httplib::Response& res) {
-             try {
-               const std::string id = req.matches[1];
-               check_model(ctx, id);
-               send_json(res, ctx.engine->has_adapter(id) && id != ctx.model_id ? adapter_card(id)
-                                                                                : model_card);
-             } catch (const ApiError& e) {
-               send_error(req, res, e);
-             }
-           });
-  http.Get("/v1/adapters", guarded(ctx, handle_list_adapters));
-  http.Post("/v1/adapters", guarded(ctx, handle_load_adapter));
-  http.Delete(R"(/v1/adapters/(.+))", guarded(ctx, handle_unload_adapter));
-  http.Post("/v1/load_lora_adapter", guarded(ctx, handle_load_adapter));
-  http.Post("/v1/unload_lora_adapter", guarded(ctx, handle_unload_adapter));
-  http.Post("/v1/chat/completions", guarded(ctx, handle_chat));
-  http.Post("/chat/completions", guarded(ctx, handle_chat));
-  http.Post("/v1/completions", guarded(ctx, handle_completion));
-  http.Post("/v1/messages", guarded(ctx, handle_messages));
-  http.Post("/v1/messages/count_tokens", guarded(ctx, handle_count_tokens));
-  http.Post("/v1/embeddings", guarded(ctx, handle_embeddings));
-  http.Post("/embeddings", guarded(ctx, handle_embeddings));
+  http.Get(R"(/v1/models/(.+))", [&models, model_card, adapter_card](const httplib::Request& req,
+                                                                     httplib::Response& res) {
+    const std::string id = req.matches[1];
+    const ModelSpec* s = models.spec(id);
+    auto loaded = s ? models.loaded(s->id) : nullptr;
+    if (!s) {
+      send_error(req, res,
+                 ApiError(404, "The model '" + id + "' does not exist", "model",
+                          "invalid_request_error", "model_not_found"));
+      return;
+    }
+    if (loaded && loaded->engine->has_adapter(id) && id != s->id)
+      send_json(res, adapter_card(id, s->id));
+    else
+      send_json(res, model_card(*s, loaded != nullptr));
+  });
+  const auto gauges = [&models] {
+    std::vector<ModelGauges> g;
+    for (const auto& c : models.loaded()) g.push_back({c->model_id, c->engine->stats()});
+    return g;
+  };
+  http.Get("/metrics", [&metrics, gauges](const httplib::Request&, httplib::Response& res) {
+    res.set_content(metrics.prometheus(gauges()), "text/plain; version=0.0.4; charset=utf-8");
+  });
+  http.Get("/stats", [&metrics, gauges](const httplib::Request&, httplib::Response& res) {
+    send_json(res, metrics.json(gauges()));
+  });
+  http.Get("/v1/adapters", guarded(models, handle_list_adapters));
+  http.Post("/v1/adapters", guarded(models, handle_load_adapter));
+  http.Delete(R"(/v1/adapters/(.+))", guarded(models, handle_unload_adapter));
+  http.Post("/v1/load_lora_adapter", guarded(models, handle_load_adapter));
+  http.Post("/v1/unload_lora_adapter", guarded(models, handle_unload_adapter));
+  http.Post("/v1/chat/completions", guarded(models, handle_chat));
+  http.Post("/chat/completions", guarded(models, handle_chat));
+  http.Post("/v1/completions", guarded(models, handle_completion));
+  http.Post("/v1/messages", guarded(models, handle_messages));
+  http.Post("/v1/messages/count_tokens", guarded(models, handle_count_tokens));
+  http.Post("/v1/embeddings", guarded(models, handle_embeddings));
+  http.Post("/embeddings", guarded(models, handle_embeddings));
+  http.Post("/v1/responses", guarded(models, handle_responses));
+  http.Get(R"(/v1/responses/([^/]+))", guarded(models, handle_get_response));
+  http.Delete(R"(/v1/responses/([^/]+))", guarded(models, handle_delete_response));
 
-  ctx.engine->start();
   check(http.bind_to_port(o.host, o.port), "serve", "cannot listen on ", o.host, ":", o.port);
-  log(ctx, "INFO",
-      "serving " + ctx.model_id + " on http://" + o.host + ":" + std::to_string(o.port) +
-          " (tool format " + tool_format_name(ctx.tool_format) + ")");
+  std::string names;
+  for (const auto& sp : models.specs()) names += (names.empty() ? "" : ", ") + sp.id;
+  log(ctx, "INFO", "serving " + names + " on http://" + o.host + ":" + std::to_string(o.port));
 
   std::thread waiter([&] {
     int sig = 0;
@@ -463,7 +592,7 @@ int serve(const ServerOptions& o) {
   });
   http.listen_after_bind();
   // listen_after_bind returns once stop() ran: every worker has finished its response.
-  ctx.engine->stop();
+  models.stop();
   if (waiter.joinable()) {
     pthread_kill(waiter.native_handle(), SIGTERM);
     waiter.join();

@@ -15,9 +15,21 @@
 namespace lmx::server {
 
 struct ServerOptions {
+  // The first --model (the default model: requests with no or an unknown-but-allowed name).
   std::filesystem::path model;
   std::string model_id;  // the --model reference as given (a directory or a repo id)
-  bool exact = false;    // --exact: tier L1
+  // Further --model flags: (the reference as given, its directory). --adapter, --adapter-path
+  // and --draft-model apply to the first model only.
+  std::vector<std::pair<std::string, std::filesystem::path>> more_models;
+  std::optional<std::filesystem::path> models_dir;  // every subdirectory with a config.json
+  std::vector<std::string> served_model_names;      // other names of the first model
+  int max_loaded_models = 0;                        // 0: as many as --model flags (at least 1)
+  std::optional<size_t> memory_budget;  // --memory-budget: bytes of weights loaded at once
+  bool any_model_name = false;          // unknown model names get the first model instead of a 404
+  // /v1/responses kept for previous_response_id and GET /v1/responses/{id}.
+  int responses_ttl_seconds = 3600;
+  size_t responses_max_bytes = size_t{64} << 20;
+  bool exact = false;  // --exact: tier L1
   // --adapter-path: an mlx-lm LoRA adapter directory
   std::optional<std::filesystem::path> adapter_path;
   // --adapter NAME=DIR (repeatable): adapters chosen per request by name.
