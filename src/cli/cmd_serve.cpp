@@ -56,6 +56,10 @@ int cmd_serve(const Args& args) {
            "recently used idle model is unloaded",
            false, "BYTES", "unlimited"},
           {"any-model-name", "answer requests naming an unknown model with the first model", true},
+          {"request-timeout",
+           "seconds a request may take, queued and generating; past it: 408 (streams: an error "
+           "event)",
+           false, "S", "none"},
           {"responses-ttl", "seconds a /v1/responses response is kept for previous_response_id",
            false, "S", "3600"},
           {"responses-max-bytes", "byte cap of the kept /v1/responses responses", false, "BYTES",
@@ -135,6 +139,9 @@ int cmd_serve(const Args& args) {
   if (f.has("memory-budget"))
     o.memory_budget = parse_bytes(f.str("memory-budget"), "--memory-budget");
   o.any_model_name = f.on("any-model-name");
+  o.request_timeout = f.integer("request-timeout", 0);
+  check(o.request_timeout >= 0, "serve", "--request-timeout must be >= 0, got ",
+        o.request_timeout);
   o.responses_ttl_seconds = f.integer("responses-ttl", 3600);
   check(o.responses_ttl_seconds >= 0, "serve", "--responses-ttl must be >= 0, got ",
         o.responses_ttl_seconds);

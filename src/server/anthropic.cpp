@@ -108,7 +108,7 @@ void handle_messages(const Context& ctx, const httplib::Request& req, httplib::R
       field = field.get<std::string>() + piece;
     };
     const auto connected = client_connected(req);
-    RunSummary s = run_job(*ctx.engine, p.job, pipeline, [&](const Delta& d) {
+    RunSummary s = run_job(*ctx.engine, p.job, pipeline, connected, [&](const Delta& d) {
       append("thinking", d.reasoning);
       append("text", d.content);
       for (const auto& c : d.tool_calls) content.push_back(tool_use_block(c, false));
@@ -131,7 +131,8 @@ void handle_messages(const Context& ctx, const httplib::Request& req, httplib::R
   ctx.engine->submit(job);  // before the headers: a full queue is a 429
   res.set_chunked_content_provider(
       "text/event-stream",
-      [&ctx, job, popts, id, n_prompt](size_t, httplib::DataSink& sink) {
+      [&ctx, job, popts, id, n_prompt, connected = client_connected(req)](size_t,
+                                                                      httplib::DataSink& sink) {
         OutputPipeline pipeline(popts);
         BlockWriter w(sink);
         ojson start = {{"id", id},
@@ -146,7 +147,7 @@ void handle_messages(const Context& ctx, const httplib::Request& req, httplib::R
           return false;
         RunSummary s;
         try {
-          s = run_job(*ctx.engine, job, pipeline, [&](const Delta& d) {
+          s = run_job(*ctx.engine, job, pipeline, connected, [&](const Delta& d) {
             bool ok = w.text("thinking", d.reasoning) && w.text("text", d.content);
             for (const auto& c : d.tool_calls) ok = ok && w.tool(c);
             return ok && sink.is_writable();

@@ -28,9 +28,13 @@ void Job::finish(JobResult r) {
   cv_.notify_all();
 }
 
-bool Job::pop(std::vector<TokenEvent>& out) {
+bool Job::pop(std::vector<TokenEvent>& out, std::chrono::milliseconds wait) {
   std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait(lock, [&] { return done_ || !events_.empty(); });
+  const auto ready = [&] { return done_ || !events_.empty(); };
+  if (wait == std::chrono::milliseconds::max())
+    cv_.wait(lock, ready);
+  else
+    cv_.wait_for(lock, wait, ready);
   out.assign(std::make_move_iterator(events_.begin()), std::make_move_iterator(events_.end()));
   events_.clear();
   return !(done_ && out.empty());

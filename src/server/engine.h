@@ -4,6 +4,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <filesystem>
@@ -47,12 +48,17 @@ class Job {
   int top_logprobs = -1;  // -1: no logprobs; 0: the sampled token's only; n: also the n best
   std::atomic<bool> cancelled{false};
   std::atomic<uint64_t> id{0};  // the scheduler's, once submitted
+  // --request-timeout: past it the HTTP side cancels the job and answers 408.
+  std::optional<std::chrono::steady_clock::time_point> deadline;
+  int timeout_seconds = 0;
 
   // Engine side.
   void push(TokenEvent ev);
   void finish(JobResult r);
-  // HTTP side: waits for events; returns false once the job has finished and all were taken.
-  bool pop(std::vector<TokenEvent>& out);
+  // HTTP side: waits for events, at most `wait`; returns false once the job has finished and all
+  // were taken (out may be empty on true: nothing came within `wait`).
+  bool pop(std::vector<TokenEvent>& out,
+           std::chrono::milliseconds wait = std::chrono::milliseconds::max());
   const JobResult& result() const { return result_; }
 
  private:

@@ -98,7 +98,7 @@ void handle_chat(const Context& ctx, const httplib::Request& req, httplib::Respo
     std::vector<ToolCall> calls;
     std::vector<TokenEvent> tokens;
     const auto connected = client_connected(req);
-    RunSummary s = run_job(*ctx.engine, p.job, *pipeline, [&](const Delta& d) {
+    RunSummary s = run_job(*ctx.engine, p.job, *pipeline, connected, [&](const Delta& d) {
       content += d.content;
       reasoning += d.reasoning;
       calls.insert(calls.end(), d.tool_calls.begin(), d.tool_calls.end());
@@ -124,7 +124,8 @@ void handle_chat(const Context& ctx, const httplib::Request& req, httplib::Respo
   ctx.engine->submit(job);  // before the headers: a full queue is a 429
   res.set_chunked_content_provider(
       "text/event-stream",
-      [&ctx, job, popts, id, want_logprobs, include_usage, n_prompt](size_t,
+      [&ctx, job, popts, id, want_logprobs, include_usage, n_prompt,
+       connected = client_connected(req)](size_t,
                                                                      httplib::DataSink& sink) {
         OutputPipeline pipeline(popts);
         auto chunk = [&](ojson delta, ojson finish, ojson logprobs) {
@@ -142,7 +143,7 @@ void handle_chat(const Context& ctx, const httplib::Request& req, httplib::Respo
         size_t n_calls = 0;
         RunSummary s;
         try {
-          s = run_job(*ctx.engine, job, pipeline, [&](const Delta& d) {
+          s = run_job(*ctx.engine, job, pipeline, connected, [&](const Delta& d) {
             ojson delta = ojson::object();
             if (!d.content.empty()) delta["content"] = d.content;
             if (!d.reasoning.empty()) delta["reasoning_content"] = delta["reasoning"] = d.reasoning;
@@ -209,7 +210,7 @@ void handle_completion(const Context& ctx, const httplib::Request& req, httplib:
     ojson lp = empty_completion_logprobs();
     size_t offset = text.size();
     const auto connected = client_connected(req);
-    RunSummary s = run_job(*ctx.engine, job, pipeline, [&](const Delta& d) {
+    RunSummary s = run_job(*ctx.engine, job, pipeline, connected, [&](const Delta& d) {
       text += d.content;
       if (want_logprobs) add_completion_logprobs(ctx, lp, d.tokens, offset);
       return connected();
@@ -228,7 +229,8 @@ void handle_completion(const Context& ctx, const httplib::Request& req, httplib:
   ctx.engine->submit(job);  // before the headers: a full queue is a 429
   res.set_chunked_content_provider(
       "text/event-stream",
-      [&ctx, job, popts, id, want_logprobs, include_usage, n_prompt, prefix](
+      [&ctx, job, popts, id, want_logprobs, include_usage, n_prompt, prefix,
+       connected = client_connected(req)](
           size_t, httplib::DataSink& sink) {
         OutputPipeline pipeline(popts);
         size_t offset = prefix.size();
@@ -243,7 +245,7 @@ void handle_completion(const Context& ctx, const httplib::Request& req, httplib:
         if (!prefix.empty() && !chunk(prefix, nullptr, nullptr)) return false;
         RunSummary s;
         try {
-          s = run_job(*ctx.engine, job, pipeline, [&](const Delta& d) {
+          s = run_job(*ctx.engine, job, pipeline, connected, [&](const Delta& d) {
             if (d.content.empty() && !want_logprobs) return sink.is_writable();
             ojson lp = nullptr;
             if (want_logprobs) {

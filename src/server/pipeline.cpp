@@ -83,11 +83,12 @@ Delta OutputPipeline::flush() {
 }
 
 RunSummary run_job(Engine& engine, std::shared_ptr<Job> job, OutputPipeline& pipeline,
+                   const std::function<bool()>& connected,
                    const std::function<bool(const Delta&)>& sink) {
   RunSummary out;
   engine.submit(job);
   std::vector<TokenEvent> events;
-  bool client_gone = false;
+  bool client_gone = false, timed_out = false;
   auto deliver = [&](const Delta& d) {
     out.has_tool_calls = out.has_tool_calls || !d.tool_calls.empty();
     if (!client_gone && !d.empty() && !sink(d)) {
@@ -95,7 +96,16 @@ RunSummary run_job(Engine& engine, std::shared_ptr<Job> job, OutputPipeline& pip
       engine.cancel(*job);
     }
   };
-  while (job->pop(events)) {
+  while (job->pop(events, std::chrono::milliseconds(100))) {
+    if (!client_gone && !timed_out) {
+      if (job->deadline && std::chrono::steady_clock::now() > *job->deadline) {
+        timed_out = true;
+        engine.cancel(*job);
+      } else if (connected && !connected()) {
+        client_gone = true;
+        engine.cancel(*job);
+      }
+    }
     for (const auto& ev : events) {
       if (pipeline.stopped()) break;
       if (ev.token >= 0) ++out.completion_tokens;
@@ -105,6 +115,11 @@ RunSummary run_job(Engine& engine, std::shared_ptr<Job> job, OutputPipeline& pip
   }
   out.result = job->result();
   if (!out.result.error.empty()) throw ApiError(500, out.result.error, "", "server_error");
+  if (timed_out)
+    throw ApiError(408,
+                   "The request took longer than the server's --request-timeout of " +
+                       std::to_string(job->timeout_seconds) + " s",
+                   "", "timeout_error", "request_timeout");
   if (!client_gone) deliver(pipeline.flush());
   out.stopped_by_string = pipeline.stopped();
   if (client_gone) {

@@ -55,9 +55,12 @@ struct RunSummary {
   bool has_tool_calls = false;
 };
 
-// Submits the job and feeds every delta to `sink` until the end; `sink` returning false (the
-// client went away) cancels the job. Throws ApiError(500) when generation failed.
+// Submits the job and feeds every delta to `sink` until the end; `sink` returning false, or
+// `connected` (polled every 100 ms, also while the job is queued or prefilling) returning false,
+// means the client went away and cancels the job. Past the job's deadline (--request-timeout)
+// the job is cancelled and ApiError 408 thrown. Throws ApiError(500) when generation failed.
 RunSummary run_job(Engine& engine, std::shared_ptr<Job> job, OutputPipeline& pipeline,
+                   const std::function<bool()>& connected,
                    const std::function<bool(const Delta&)>& sink);
 
 }  // namespace lmx::server

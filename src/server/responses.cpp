@@ -317,7 +317,7 @@ void handle_responses(const Context& ctx, const httplib::Request& req, httplib::
     OutputPipeline pipeline(p.pipeline);
     Output out;
     const auto connected = client_connected(req);
-    RunSummary s = run_job(*ctx.engine, p.job, pipeline, [&](const Delta& d) {
+    RunSummary s = run_job(*ctx.engine, p.job, pipeline, connected, [&](const Delta& d) {
       out.content += d.content;
       out.reasoning += d.reasoning;
       if (!d.reasoning.empty()) out.reasoning_tokens += static_cast<int>(d.tokens.size());
@@ -343,7 +343,8 @@ void handle_responses(const Context& ctx, const httplib::Request& req, httplib::
   ctx.engine->submit(job);  // before the headers: a full queue is a 429
   res.set_chunked_content_provider(
       "text/event-stream",
-      [&ctx, job, popts, id, body, chat, created, n_prompt](size_t, httplib::DataSink& sink) {
+      [&ctx, job, popts, id, body, chat, created, n_prompt,
+       connected = client_connected(req)](size_t, httplib::DataSink& sink) {
         OutputPipeline pipeline(popts);
         int seq = 0;
         auto event = [&](const std::string& type, ojson data) {
@@ -418,7 +419,7 @@ void handle_responses(const Context& ctx, const httplib::Request& req, httplib::
         };
         RunSummary s;
         try {
-          s = run_job(*ctx.engine, job, pipeline, [&](const Delta& d) {
+          s = run_job(*ctx.engine, job, pipeline, connected, [&](const Delta& d) {
             bool ok = true;
             if (!d.reasoning.empty()) {
               out.reasoning += d.reasoning;

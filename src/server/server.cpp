@@ -76,6 +76,11 @@ std::shared_ptr<Job> make_job(const Context& ctx, std::vector<int> prompt, const
                      prompt_field, "invalid_request_error", "context_length_exceeded");
   }
   auto job = std::make_shared<Job>();
+  if (ctx.options.request_timeout > 0) {
+    job->timeout_seconds = ctx.options.request_timeout;
+    job->deadline =
+        std::chrono::steady_clock::now() + std::chrono::seconds(ctx.options.request_timeout);
+  }
   job->prompt = std::move(prompt);
   job->options = s.gen;
   job->options.adapter = resolve_adapter(ctx, s);
@@ -300,6 +305,7 @@ void send_error(const httplib::Request& req, httplib::Response& res, const ApiEr
     // Anthropic's shape: {"type": "error", "error": {"type", "message"}}.
     const std::string type = e.status == 401   ? "authentication_error"
                              : e.status == 404 ? "not_found_error"
+                             : e.status == 408 ? "timeout_error"
                              : e.status == 413 ? "request_too_large"
                              : e.status == 429 ? "rate_limit_error"
                              : e.status >= 500 ? "api_error"

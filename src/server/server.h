@@ -26,6 +26,7 @@ struct ServerOptions {
   int max_loaded_models = 0;                        // 0: as many as --model flags (at least 1)
   std::optional<size_t> memory_budget;  // --memory-budget: bytes of weights loaded at once
   bool any_model_name = false;          // unknown model names get the first model instead of a 404
+  int request_timeout = 0;  // --request-timeout: seconds a request may take in all; 0: no limit
   // /v1/responses kept for previous_response_id and GET /v1/responses/{id}.
   int responses_ttl_seconds = 3600;
   size_t responses_max_bytes = size_t{64} << 20;

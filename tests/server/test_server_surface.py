@@ -267,6 +267,60 @@ class ResponsesToolsTest(unittest.TestCase):
         self.assertEqual(r.output_text, m.content)
 
 
+class LimitsTest(unittest.TestCase):
+    def test_request_timeout(self):
+        srv = Server("--request-timeout", "1")
+        try:
+            body = {"prompt": "Once upon a time", "max_tokens": 400, "ignore_eos": True}
+            status, r = srv.request("POST", "/v1/completions", body)
+            self.assertEqual(status, 408, r)
+            self.assertEqual(r["error"]["code"], "request_timeout")
+            self.assertIn("--request-timeout", r["error"]["message"])
+            # Streamed: an error event ends the stream.
+            status, raw = srv.request("POST", "/v1/completions", {**body, "stream": True})
+            self.assertEqual(status, 200)
+            self.assertIn(b"request-timeout", raw if isinstance(raw, bytes) else json.dumps(raw).encode())
+            # The server goes on.
+            status, r = srv.request("POST", "/v1/completions", {"prompt": "Hi", "max_tokens": 2})
+            self.assertEqual(status, 200, r)
+            self.assertIn("lmx_http_requests_total", srv.request("GET", "/metrics")[1].decode())
+        finally:
+            self.assertEqual(srv.stop(), 0)
+
+    def test_client_gone_while_queued_leaves_the_queue(self):
+        import socket
+        import threading
+        import time
+        # One row, one queue place: A runs, B waits; B's client closes; C must then find the
+        # queue place free (a 429 would mean B still holds it).
+        srv = Server("--max-batch", "1", "--max-queue", "1")
+        try:
+            long_body = {"prompt": "Once upon a time", "max_tokens": 300, "ignore_eos": True}
+            a = threading.Thread(target=srv.request, args=("POST", "/v1/completions", long_body))
+            a.start()
+            deadline = time.time() + 60
+            while value(metrics(srv), "lmx_active_rows", model=MODEL) < 1:
+                self.assertLess(time.time(), deadline)
+                time.sleep(0.1)
+            data = json.dumps({"prompt": "Hello", "max_tokens": 4}).encode()
+            b = socket.create_connection(("127.0.0.1", srv.port))
+            b.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                      b"Content-Length: %d\r\n\r\n" % len(data) + data)
+            while value(metrics(srv), "lmx_queue_depth", model=MODEL) < 1:
+                self.assertLess(time.time(), deadline)
+                time.sleep(0.1)
+            b.close()
+            while value(metrics(srv), "lmx_queue_depth", model=MODEL) > 0:
+                self.assertLess(time.time(), deadline, "the closed request stayed queued")
+                time.sleep(0.1)
+            self.assertEqual(value(metrics(srv), "lmx_active_rows", model=MODEL), 1)  # A still runs
+            status, r = srv.request("POST", "/v1/completions", {"prompt": "Hi", "max_tokens": 2})
+            self.assertEqual(status, 200, r)
+            a.join()
+        finally:
+            self.assertEqual(srv.stop(), 0)
+
+
 class MetricsTest(unittest.TestCase):
     def test_counters_match_the_requests_made(self):
         srv = Server()
