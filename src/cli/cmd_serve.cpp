@@ -51,6 +51,10 @@ int cmd_serve(const Args& args) {
           {"prompt-concurrency", "joining prompts prefilled at once", false, "N", "1"},
           {"max-queue", "requests waiting past which the server answers 429", false, "N",
            "unlimited"},
+          {"memory-budget",
+           "refuse (400, memory_admission) a request whose KV cache at prompt + max_tokens "
+           "would not fit beside the weights and the running requests",
+           false, "GB", "off"},
           {"http-threads", "HTTP worker threads", false, "N", "32"},
           {"exact", "tier L1: stock MLX ops, bit-exact with mlx-lm (default: the fast tier L3)",
            true},
@@ -114,6 +118,10 @@ int cmd_serve(const Args& args) {
   o.scheduler.max_queue = f.integer("max-queue", 0);
   check(o.scheduler.max_queue >= 0, "serve", "--max-queue must be >= 0, got ",
         o.scheduler.max_queue);
+  if (auto gb = f.opt_number("memory-budget")) {
+    check(*gb > 0, "serve", "--memory-budget must be > 0 GB, got ", *gb);
+    o.scheduler.memory_budget = static_cast<size_t>(static_cast<double>(*gb) * 1e9);
+  }
   o.kv_config = f.str("kv-config");
   o.defaults.kv_bits = f.opt_integer("kv-bits");
   o.defaults.kv_group_size = f.integer("kv-group-size", 64);

@@ -20,6 +20,7 @@
 #include "core/error.h"
 #include "sampling/sampler.h"
 #include "server/api_error.h"
+#include "server/chat_page.h"
 #include "server/context.h"
 
 namespace lmx::server {
@@ -378,7 +379,7 @@ int serve(const ServerOptions& o) {
   http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   http.set_payload_max_length(o.max_body_bytes);
   http.set_pre_routing_handler([&ctx](const httplib::Request& req, httplib::Response& res) {
-    if (ctx.options.api_key.empty() || req.path == "/health")
+    if (ctx.options.api_key.empty() || req.path == "/health" || is_chat_page(req.path))
       return httplib::Server::HandlerResponse::Unhandled;
     const std::string auth = req.get_header_value("Authorization");
     const std::string_view bearer = std::string_view(auth).starts_with("Bearer ")
@@ -409,6 +410,7 @@ int serve(const ServerOptions& o) {
   http.Get("/health", [](const httplib::Request&, httplib::Response& res) {
     res.set_content(R"({"status":"ok"})", "application/json");
   });
+  add_chat_page(http);
   const ojson model_card = {
       {"id", ctx.model_id}, {"object", "model"}, {"created", ctx.created}, {"owned_by", "lmx"}};
   // Loaded adapters are models too (as vLLM lists its LoRA adapters), with the base as parent.
