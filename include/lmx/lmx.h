@@ -99,6 +99,9 @@ struct GenerateOptions {
   std::shared_ptr<LanguageModel> draft_model;  // null: none
   int num_draft_tokens = 3;                    // K, mlx-lm's default
   int prompt_lookup = 0;                       // 0: off
+  // Called after each prefill chunk with the prompt tokens prefilled so far and their total
+  // (progress of long prompts, e.g. lmx generate --verbose); null: off.
+  std::function<void(int done, int total)> on_prefill;
   bool speculative() const { return draft_model != nullptr || prompt_lookup > 0; }
 };
 
@@ -325,6 +328,10 @@ struct SchedulerOptions {
   size_t prompt_cache_entries = 10;
   std::optional<size_t> prompt_cache_bytes = std::nullopt;
   std::string cache_key = {};  // names the weights in the prompt cache (model and adapter)
+  // Memory admission (docs/memory.md), in bytes: submit() refuses a request whose KV cache at
+  // prompt + max_tokens tokens, beside the weights, the KV reserved by the queued and running
+  // requests and one prefill chunk's transient memory, would pass it. Unset: no check.
+  std::optional<size_t> memory_budget = std::nullopt;
   std::shared_ptr<TurnLock> turns = nullptr;  // shared with other models' schedulers
 };
 
@@ -343,6 +350,12 @@ struct SchedulerStats {
 
 // submit() past SchedulerOptions::max_queue.
 class QueueFullError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// submit() past SchedulerOptions::memory_budget; the message gives needed and available bytes.
+class MemoryAdmissionError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };

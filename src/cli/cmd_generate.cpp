@@ -2,11 +2,13 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <memory>
 #include <sstream>
 
 #include "cli/commands.h"
 #include "cli/flags.h"
 #include "core/error.h"
+#include "core/progress.h"
 #include "lmx/lmx.h"
 
 namespace lmx::cli {
@@ -210,6 +212,17 @@ int cmd_generate(const Args& args) {
     opt.constraint = model.json_object_constraint();
   }
   const std::vector<int> ids = model.encode(prompt);
+  // --verbose: a progress line for prompts of more than one prefill chunk (the download bar's
+  // style: redrawn on a terminal, plain lines otherwise).
+  std::shared_ptr<ProgressBar> prefill_bar;
+  if (f.on("verbose") && report && static_cast<int>(ids.size()) > opt.prefill_step_size + 1)
+    opt.on_prefill = [&prefill_bar](int done, int total) {
+      if (!prefill_bar)
+        prefill_bar = std::make_shared<ProgressBar>("prefill", total - 1, 0,
+                                                    ProgressOptions{.unit = "tokens"});
+      prefill_bar->update(done);
+      if (done == total - 1) prefill_bar->finish();
+    };
   GenerationStats st = model.generate(ids, opt, [](const TokenOutput& t) {
     std::fwrite(t.text.data(), 1, t.text.size(), stdout);
     std::fflush(stdout);

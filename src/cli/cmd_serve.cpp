@@ -32,6 +32,28 @@ size_t parse_bytes(const std::string& v, const char* flag) {
   return static_cast<size_t>(n * unit);
 }
 
+// --memory-budget: GB (10^9 bytes) by default, or a number with a unit B, K, M, G (powers of 1000).
+size_t parse_size_gb(const std::string& v) {
+  size_t used = 0;
+  double n = 0;
+  try {
+    n = std::stod(v, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  std::string unit = v.substr(used);
+  for (char& c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  const double scale = unit.empty() || unit == "G" || unit == "GB" ? 1e9
+                       : unit == "M" || unit == "MB"               ? 1e6
+                       : unit == "K" || unit == "KB"               ? 1e3
+                       : unit == "B"                               ? 1
+                                                                   : 0;
+  check(used > 0 && scale > 0, "serve",
+        "--memory-budget must be a size in GB (or with a unit B, K, M, G), got ", v);
+  check(n > 0, "serve", "--memory-budget must be > 0 GB, got ", v);
+  return static_cast<size_t>(n * scale);
+}
+
 }  // namespace
 
 // mlx_lm.server's flags (same names and defaults), plus --api-key, --max-body-bytes.
@@ -52,9 +74,10 @@ int cmd_serve(const Args& args) {
            "models loaded at once; past it the least recently used idle one is unloaded", false,
            "N", "the number of --model flags"},
           {"memory-budget",
-           "bytes of model weights loaded at once (suffix K, M, G allowed); past it the least "
-           "recently used idle model is unloaded",
-           false, "BYTES", "unlimited"},
+           "memory for the models' weights and their requests' KV caches, in GB (or with a unit: "
+           "B, K, M, G): a request whose KV at prompt + max_tokens would not fit gets 400 "
+           "memory_admission; past it the least recently used idle model is unloaded",
+           false, "SIZE", "off"},
           {"any-model-name", "answer requests naming an unknown model with the first model", true},
           {"request-timeout",
            "seconds a request may take, queued and generating; past it: 408 (streams: an error "

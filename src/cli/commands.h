@@ -55,5 +55,6 @@ int cmd_fuse(const Args& args);
 int cmd_get(const Args& args);
 int cmd_ls(const Args& args);
 int cmd_rm(const Args& args);
+int cmd_fit(const Args& args);
 
 }  // namespace lmx::cli

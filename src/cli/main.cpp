@@ -23,6 +23,7 @@ commands:
   get        download a model from the Hugging Face hub into the local cache
   ls         list the models in the local Hugging Face cache
   rm         remove a model from the local Hugging Face cache
+  fit        whether a model and a context fit in memory (nothing is loaded)
 
 --model takes a model directory or a Hugging Face repo id (org/name[@revision]), found in the
 cache or downloaded (docs/hub.md).
@@ -62,6 +63,7 @@ int main(int argc, char** argv) {
     if (cmd == "get") return cmd_get(args);
     if (cmd == "ls") return cmd_ls(args);
     if (cmd == "rm") return cmd_rm(args);
+    if (cmd == "fit") return cmd_fit(args);
     std::fprintf(stderr, "lmx: unknown command '%s'\n\n%s", cmd.c_str(), kUsage);
     return 1;
   } catch (const lmx::Error& e) {

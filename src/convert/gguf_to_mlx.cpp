@@ -353,7 +353,7 @@ void convert_gguf(const ConvertOptions& opt) {
   }
 
   StagingDir out(opt.dst);
-  save_weights(out.path(), weights, quantized);
+  save_weights(out.path(), weights, quantized, 5ull << 30, opt.verbose);
   save_config(out.path() / "config.json", config);
   write_gguf_tokenizer(tok, out.path());
   out.commit();

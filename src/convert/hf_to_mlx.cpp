@@ -155,7 +155,7 @@ void convert_hf(const ConvertOptions& opt) {
   }
 
   StagingDir out(opt.dst);
-  save_weights(out.path(), weights, quantized);
+  save_weights(out.path(), weights, quantized, 5ull << 30, opt.verbose);
   save_config(out.path() / "config.json", config);
   for (const char* f : kCopiedFiles) {
     const fs::path p = src / f;

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/progress.h"
 
 namespace lmx::convert {
 
@@ -87,7 +88,7 @@ int64_t total_parameters(const Weights& weights, const QuantMap& quantized) {
 }
 
 void save_weights(const fs::path& dir, const Weights& weights, const QuantMap& quantized,
-                  uint64_t max_shard_bytes) {
+                  uint64_t max_shard_bytes, bool progress) {
   const std::vector<std::string> names = ordered_names(weights);
   // mlx-lm make_shards: start a new shard when the next tensor would pass the limit.
   std::vector<std::vector<std::string>> shards;
@@ -106,6 +107,10 @@ void save_weights(const fs::path& dir, const Weights& weights, const QuantMap& q
   index["metadata"]["total_size"] = total_size;
   index["metadata"]["total_parameters"] = total_parameters(weights, quantized);
   std::map<std::string, std::string> weight_map;
+  // The conversion's work (casts, quantization, GGUF repacking) is lazy: it runs here, tensor by
+  // tensor, which is what the bar counts.
+  ProgressBar bar("converting", total_size, 0, {.enabled = progress});
+  uint64_t done = 0;
   for (size_t i = 0; i < shards.size(); ++i) {
     std::string file = "model.safetensors";
     if (shards.size() > 1) {
@@ -115,11 +120,18 @@ void save_weights(const fs::path& dir, const Weights& weights, const QuantMap& q
     }
     Weights shard;
     for (const auto& k : shards[i]) {
-      shard.emplace(k, weights.at(k));
+      const mx::array& a = weights.at(k);
+      if (progress) {
+        mx::eval(a);
+        done += a.nbytes();
+        bar.update(done);
+      }
+      shard.emplace(k, a);
       weight_map[k] = file;
     }
     save_safetensors(dir / file, shard);
   }
+  bar.finish();
   ojson wm = ojson::object();
   for (const auto& [k, f] : weight_map) wm[k] = f;
   index["weight_map"] = wm;

@@ -31,8 +31,10 @@ int64_t total_parameters(const Weights& weights, const QuantMap& quantized);
 // Writes model.safetensors, or model-0000k-of-0000n.safetensors shards of at most
 // `max_shard_bytes` (mlx-lm: 5 GiB), and model.safetensors.index.json (always, as mlx-lm does).
 // Arrays are evaluated one shard at a time.
+// With `progress`, a progress line on stderr (core/progress.h) over the bytes computed and written.
 void save_weights(const std::filesystem::path& dir, const Weights& weights,
-                  const QuantMap& quantized, uint64_t max_shard_bytes = 5ull << 30);
+                  const QuantMap& quantized, uint64_t max_shard_bytes = 5ull << 30,
+                  bool progress = false);
 
 // mlx-lm `save_config`: drops _name_or_path and vision_config, mirrors quantization into
 // quantization_config, sorts the top-level keys, writes with indent 4 and ASCII escapes.

@@ -50,6 +50,7 @@ ProgressBar::ProgressBar(std::string label, uint64_t total, uint64_t initial, Pr
       done_(initial),
       enabled_(o.enabled),
       tty_(o.force_tty < 0 ? isatty(STDERR_FILENO) != 0 : o.force_tty == 1),
+      unit_(o.unit),
       start_(Clock::now()),
       last_draw_(start_) {
   if (!enabled_) return;
@@ -78,6 +79,14 @@ void ProgressBar::finish() {
 }
 
 void ProgressBar::draw(bool final) {
+  auto amount = [this](uint64_t n) {
+    return unit_.empty() ? format_bytes(n) : std::to_string(n) + " " + unit_;
+  };
+  auto rate_text = [this](double r) {
+    char buf[48];
+    std::snprintf(buf, sizeof buf, "%.1f %s/s", r, unit_.c_str());
+    return unit_.empty() ? format_bytes(static_cast<uint64_t>(r)) + "/s" : std::string(buf);
+  };
   const double elapsed = std::chrono::duration<double>(Clock::now() - start_).count();
   const double rate = elapsed > 0 ? static_cast<double>(done_ - initial_) / elapsed : 0.0;
   std::string line = label_;
@@ -94,11 +103,11 @@ void ProgressBar::draw(bool final) {
       line.push_back('|');
       line.append(fill, '#').append(kWidth - fill, ' ').append("| ");
     }
-    line += format_bytes(done_) + " / " + format_bytes(total_);
+    line += amount(done_) + " / " + amount(total_);
   } else {
-    line += format_bytes(done_);
+    line += amount(done_);
   }
-  line += "  " + format_bytes(static_cast<uint64_t>(rate)) + "/s";
+  line += "  " + rate_text(rate);
   if (final)
     line += "  in " + format_duration(elapsed);
   else if (total_ && rate > 0)

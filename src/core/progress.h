@@ -1,7 +1,7 @@
-// A progress line on standard error for long work measured in bytes (downloads, conversion):
-// done / total, rate and ETA. On a terminal one line redrawn in place at most ten times a second;
-// otherwise (a log, a pipe) plain lines: one every 10 seconds and one at the end (and one at
-// the start of a resumed file).
+// A progress line on standard error for long work measured in bytes (downloads, conversion) or in
+// counted units (prompt tokens of a long prefill): done / total, rate and ETA. On a terminal one
+// line redrawn in place at most ten times a second; otherwise (a log, a pipe) plain lines: one
+// every 10 seconds and one at the end (and one at the start of a resumed file).
 #pragma once
 
 #include <chrono>
@@ -12,7 +12,8 @@ namespace lmx {
 
 struct ProgressOptions {
   bool enabled = true;
-  int force_tty = -1;  // -1: isatty(stderr), 0: plain lines, 1: one redrawn line
+  int force_tty = -1;     // -1: isatty(stderr), 0: plain lines, 1: one redrawn line
+  std::string unit = "";  // empty: bytes (kB, MB...); else a count of these ("tokens")
 };
 
 class ProgressBar {
@@ -35,6 +36,7 @@ class ProgressBar {
   std::string label_;
   uint64_t total_, initial_, done_;
   bool enabled_, tty_, finished_ = false;
+  std::string unit_;
   Clock::time_point start_, last_draw_;
 };
 

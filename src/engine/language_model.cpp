@@ -60,6 +60,7 @@ LanguageModel LanguageModel::load(const std::filesystem::path& model, const Load
   std::vector<int> eos = merged_eos_ids(loaded.info, tok);
   auto impl =
       std::make_unique<Impl>(std::move(loaded), std::move(tok), std::move(eos), std::move(shard));
+  impl->dir = dir;
   // mlx-optiq's per-layer KV bits, used by generate unless the options say otherwise.
   if (std::filesystem::exists(dir / "kv_config.json"))
     impl->kv_config = lmx::read_kv_config(dir / "kv_config.json", impl->num_caches());

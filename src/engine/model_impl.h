@@ -1,6 +1,7 @@
 // What LanguageModel holds, shared by the engine's files (language_model.cpp, session.cpp).
 #pragma once
 
+#include <filesystem>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -23,6 +24,7 @@ struct LanguageModel::Impl {
   std::vector<int> eos;
   std::vector<KVLayerBits> kv_config;  // kv_config.json of the model directory
   std::optional<ShardSpec> shard;      // tensor parallelism: this rank's part
+  std::filesystem::path dir;           // the model directory it was loaded from
   // Token bytes and their trie for constrained decoding, built on first use.
   std::shared_ptr<const constrain::TokenTable> token_table;
   std::once_flag token_table_once;

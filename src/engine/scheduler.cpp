@@ -13,11 +13,14 @@
 #include <future>
 #include <mutex>
 #include <thread>
+#include <unordered_map>
 #include <unordered_set>
 
 #include "cache/prompt_cache_lru.h"
 #include "cache/rows_cache.h"
 #include "core/error.h"
+#include "core/progress.h"
+#include "engine/memory.h"
 #include "engine/model_impl.h"
 #include "generate/generate.h"
 #include "generate/speculative.h"
@@ -93,6 +96,7 @@ struct Scheduler::State {
           o.prefill_step_size);
     check(o.max_queue >= 0, "scheduler", "max_queue must be >= 0, got ", o.max_queue);
     max_batch = o.max_batch > 0 ? o.max_batch : (mx::default_device() == mx::Device::gpu ? 64 : 16);
+    if (o.memory_budget) memory = model_memory(impl.dir);
   }
 
   LanguageModel& model;
@@ -119,6 +123,13 @@ struct Scheduler::State {
   std::vector<std::unique_ptr<Row>> rows;  // the scheduler thread's
   SchedulerStats counts;                   // the scheduler thread's; published into `stats`
   SchedulerStats stats;                    // under mu
+
+  // Memory admission: the model's layout, and the KV bytes each queued or running request
+  // reserved at submit (released as its on_done runs).
+  std::optional<ModelMemory> memory;
+  std::unordered_map<uint64_t, size_t> reserved;
+  size_t reserved_total = 0;
+  void admit_memory(uint64_t id, StreamRequest& request);
 
   Model& net() { return *impl.loaded.model; }
 
@@ -529,9 +540,48 @@ uint64_t Scheduler::submit(StreamRequest request) {
                          " requests waiting, expected at most max_queue " +
                          std::to_string(s_->opt.max_queue));
   const uint64_t id = s_->next_id++;
+  if (s_->memory) s_->admit_memory(id, request);
   s_->queue.push_back({id, std::move(request)});
   s_->cv.notify_all();
   return id;
+}
+
+// Called with mu held. The KV cache a request can reach: prompt + max_tokens tokens, quantized past
+// quantized_kv_start with kv_bits (the float cache up to it counts until then).
+void Scheduler::State::admit_memory(uint64_t id, StreamRequest& request) {
+  const GenerateOptions& o = request.options;
+  const long long tokens = static_cast<long long>(request.prompt.size()) + o.max_tokens;
+  size_t need = kv_bytes(*memory, tokens);
+  if (o.kv_bits && tokens > o.quantized_kv_start)
+    need = std::max(kv_bytes(*memory, o.quantized_kv_start),
+                    kv_bytes(*memory, tokens, {*o.kv_bits, o.kv_group_size}));
+  const size_t transient = transient_bytes(
+      *memory, std::min<long long>(opt.prefill_step_size, request.prompt.size()), tokens);
+  const size_t budget = *opt.memory_budget;
+  const size_t total = memory->weight_bytes + reserved_total + need + transient;
+  if (total > budget) {
+    auto gb = [](size_t b) { return format_bytes(b); };
+    throw MemoryAdmissionError(
+        "[scheduler] memory admission: the request needs " + gb(need) + " of KV cache for " +
+        std::to_string(tokens) + " tokens (prompt " + std::to_string(request.prompt.size()) +
+        " + max_tokens " + std::to_string(o.max_tokens) + ") and " + gb(transient) +
+        " transient, beside " + gb(memory->weight_bytes) + " of weights and " + gb(reserved_total) +
+        " reserved by " + std::to_string(reserved.size()) + " other requests: " + gb(total) +
+        " needed, expected at most the memory budget " + gb(budget));
+  }
+  reserved[id] = need;
+  reserved_total += need;
+  request.on_done = [this, id, done = std::move(request.on_done)](const StreamResult& r) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      auto it = reserved.find(id);
+      if (it != reserved.end()) {
+        reserved_total -= it->second;
+        reserved.erase(it);
+      }
+    }
+    if (done) done(r);
+  };
 }
 
 void Scheduler::cancel(uint64_t id) {

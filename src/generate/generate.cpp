@@ -35,6 +35,7 @@ TokenGenerator::TokenGenerator(Model& model, Cache& cache, std::vector<int> prom
     prefill_chunk(mx::expand_dims(mx::slice(tokens, {done}, {done + n}), 0), cache_, opt_, history_,
                   [&](const mx::array& t) { return model_(t, cache_); });
     done += n;
+    if (opt_.on_prefill) opt_.on_prefill(done, total);
   }
   auto [y, lp] = step(mx::slice(tokens, {done}, {total}), /*generated=*/false);
   mx::async_eval({y, lp});

@@ -45,6 +45,7 @@ void prefill(Model& model, Cache& cache, const std::vector<int>& tokens,
     prefill_chunk(mx::expand_dims(mx::slice(t, {done}, {done + n}), 0), cache, opt, history,
                   [&](const mx::array& c) { return model(c, cache); });
     done += n;
+    if (opt.on_prefill) opt.on_prefill(done, total);
   }
 }
 

@@ -183,6 +183,8 @@ void Engine::submit(const std::shared_ptr<Job>& job) {
     job->id = scheduler_->submit(std::move(req));
   } catch (const QueueFullError& e) {
     throw ApiError(429, e.what(), "", "rate_limit_error", "queue_full");
+  } catch (const MemoryAdmissionError& e) {
+    throw ApiError(400, e.what(), "", "memory_admission", "memory_admission");
   } catch (const lmx::Error& e) {
     throw ApiError(400, e.what());
   }

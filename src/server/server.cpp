@@ -21,6 +21,7 @@
 #include "core/error.h"
 #include "sampling/sampler.h"
 #include "server/api_error.h"
+#include "server/chat_page.h"
 #include "server/context.h"
 #include "server/metrics.h"
 #include "server/models.h"
@@ -483,7 +484,7 @@ int serve(const ServerOptions& o) {
   http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   http.set_payload_max_length(o.max_body_bytes);
   http.set_pre_routing_handler([&ctx](const httplib::Request& req, httplib::Response& res) {
-    if (ctx.options.api_key.empty() || req.path == "/health")
+    if (ctx.options.api_key.empty() || req.path == "/health" || is_chat_page(req.path))
       return httplib::Server::HandlerResponse::Unhandled;
     const std::string auth = req.get_header_value("Authorization");
     const std::string_view bearer = std::string_view(auth).starts_with("Bearer ")
@@ -515,6 +516,7 @@ int serve(const ServerOptions& o) {
   http.Get("/health", [](const httplib::Request&, httplib::Response& res) {
     res.set_content(R"({"status":"ok"})", "application/json");
   });
+  add_chat_page(http);
   const auto model_card = [created](const ModelSpec& s, bool loaded) {
     return ojson{{"id", s.id},
                  {"object", "model"},

@@ -120,7 +120,7 @@ class MultiModelTest(unittest.TestCase):
             return sum(os.path.getsize(os.path.join(d, f)) for f in os.listdir(d)
                        if f.endswith(".safetensors"))
         # Room for the first model only: loading the second unloads it (two may be loaded by count).
-        srv = Server("--model", TINY, "--memory-budget", str(weights(MODEL)))
+        srv = Server("--model", TINY, "--memory-budget", "%dB" % weights(MODEL))
         try:
             first = self.complete(srv, MODEL)
             self.complete(srv, TINY)
@@ -131,8 +131,8 @@ class MultiModelTest(unittest.TestCase):
         finally:
             self.assertEqual(srv.stop(), 0)
         # A model larger than the budget: refused with the numbers; a bad value names the flag.
-        for budget, message in [("1K", "more than the --memory-budget of 1024 bytes"),
-                                ("lots", "--memory-budget must be a byte count")]:
+        for budget, message in [("1K", "more than the --memory-budget of 1000 bytes"),
+                                ("lots", "--memory-budget must be a size in GB")]:
             p = subprocess.run([BINARY, "serve", "--model", MODEL, "--memory-budget", budget],
                                capture_output=True, text=True, timeout=120)
             self.assertNotEqual(p.returncode, 0)
