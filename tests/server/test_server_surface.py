@@ -119,17 +119,22 @@ class MultiModelTest(unittest.TestCase):
         def weights(d):
             return sum(os.path.getsize(os.path.join(d, f)) for f in os.listdir(d)
                        if f.endswith(".safetensors"))
-        # Room for the first model only: loading the second unloads it (two may be loaded by count).
-        srv = Server("--model", TINY, "--memory-budget", "%dB" % weights(MODEL))
+        # Room for one SmolLM2 and its requests' KV, not two: loading the second (the same
+        # weights under another name) unloads the first although two may be loaded by count.
+        root = tempfile.mkdtemp()
+        os.symlink(os.path.abspath(MODEL), os.path.join(root, "other"))
+        srv = Server("--models-dir", root, "--max-loaded-models", "2", "--memory-budget",
+                     "%dB" % (weights(MODEL) + 20_000_000))
         try:
             first = self.complete(srv, MODEL)
-            self.complete(srv, TINY)
+            self.assertEqual(self.complete(srv, "other"), first)
             ms = metrics(srv)
             self.assertEqual(value(ms, "lmx_model_unloads_total", model=MODEL), 1)
             self.assertEqual(value(ms, "lmx_models_loaded"), 1)
             self.assertEqual(self.complete(srv, MODEL), first)
         finally:
             self.assertEqual(srv.stop(), 0)
+            shutil.rmtree(root)
         # A model larger than the budget: refused with the numbers; a bad value names the flag.
         for budget, message in [("1K", "more than the --memory-budget of 1000 bytes"),
                                 ("lots", "--memory-budget must be a size in GB")]:
