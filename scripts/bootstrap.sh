@@ -33,6 +33,14 @@ if ((${#missing[@]})); then
   apt-get update -qq
   apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
+# The chat page's browser test (server.chat_page_chromium) drives Debian's headless Chromium;
+# best effort: without it that test reports itself skipped.
+if ((with_test)) && ! command -v chromium >/dev/null; then
+  echo "bootstrap: installing Debian package: chromium (for the chat page's browser test)"
+  { DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null 2>&1 ||
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null 2>&1; }; } ||
+    echo "bootstrap: chromium could not be installed; server.chat_page_chromium will be skipped"
+fi
 
 py="${LMX_PYTHON:-python3}"
 if [[ ! -x .venv/bin/python ]]; then
