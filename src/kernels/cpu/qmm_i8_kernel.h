@@ -432,7 +432,8 @@ inline void qmm_i8_packed_rows(const QmmI8Args& a, int n0, int n1) {
 // need no split (vpmaddubsw's int16 pair sums overflow on them).
 constexpr int kTileRows = 8;
 constexpr int kTileX = 32;
-constexpr int kTileVecs = 16;  // int16 weight vectors per tile and block
+constexpr int kTileVecs = 16;      // int16 weight vectors per tile and block
+constexpr int kTileMaxBlocks = 4;  // blocks of 32 per group (group size <= 128)
 
 // Block j (32 inputs) of the tile's rows wr[0 .. 8) as int16. 4-bit: wv[4 s + c], s = 0 .. 3
 // (inputs 8 s .. 8 s + 7), holds rows c | c + 4 in its two 128-bit lanes, one input per int16 in
@@ -551,24 +552,22 @@ inline void tile_impl(const QmmI8Args& a, int n0, int n1, float* sb) {
       const int mc = a.M - m0 < kTileX ? a.M - m0 : kTileX;
       for (int i = 0; i < mc; ++i) _mm256_storeu_ps(acc + 8 * i, _mm256_setzero_ps());
       for (int g = 0; g < groups; ++g) {
+        // The group's blocks unpacked first, so that each x row's accumulator is read and
+        // written once per group, its bias term included.
+        __m256i wv[kTileMaxBlocks][kTileVecs];
+        for (int jb = 0; jb < per_group; ++jb) tile_weights<BITS>(wr, g * per_group + jb, wv[jb]);
         const __m256 sv = _mm256_loadu_ps(sc + g * kTileRows);
-        for (int jb = 0; jb < per_group; ++jb) {
-          const int j = g * per_group + jb;
-          __m256i wv[kTileVecs];
-          tile_weights<BITS>(wr, j, wv);
-          const short* x = x16 + m0 * K + 32L * j;
-          const float* d = xd + m0 * (K / 32) + j;
-          for (int i = 0; i < mc; ++i, x += K, d += K / 32) {
-            const __m256i p = tile_dot<BITS>(wv, x);
-            const __m256 dv = _mm256_mul_ps(sv, _mm256_set1_ps(*d));
-            _mm256_storeu_ps(acc + 8 * i, _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), dv,
-                                                          _mm256_loadu_ps(acc + 8 * i)));
-          }
-        }
         const __m256 bv = _mm256_loadu_ps(bi + g * kTileRows);
-        for (int i = 0; i < mc; ++i) {
-          const __m256 xs = _mm256_set1_ps(a.xsum[static_cast<long>(m0 + i) * groups + g]);
-          _mm256_storeu_ps(acc + 8 * i, _mm256_fmadd_ps(bv, xs, _mm256_loadu_ps(acc + 8 * i)));
+        const short* x = x16 + m0 * K + static_cast<long>(g) * a.group_size;
+        const float* d = xd + m0 * (K / 32) + g * per_group;
+        const float* xs = a.xsum + static_cast<long>(m0) * groups + g;
+        for (int i = 0; i < mc; ++i, x += K, d += K / 32, xs += groups) {
+          __m256 f = _mm256_fmadd_ps(bv, _mm256_set1_ps(*xs), _mm256_loadu_ps(acc + 8 * i));
+          for (int jb = 0; jb < per_group; ++jb) {
+            const __m256i p = tile_dot<BITS>(wv[jb], x + 32 * jb);
+            f = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_mul_ps(sv, _mm256_set1_ps(d[jb])), f);
+          }
+          _mm256_storeu_ps(acc + 8 * i, f);
         }
       }
       for (int i = 0; i < mc; ++i) {
