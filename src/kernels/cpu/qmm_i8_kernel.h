@@ -548,6 +548,9 @@ inline void tile_impl(const QmmI8Args& a, int n0, int n1, float* sb) {
                a.scale_type, groups, one);
       for (int g = 0; g < groups; ++g) bi[g * kTileRows + r] = one[g];
     }
+    // Each weight byte is read once per call: at few x rows the tile asks for the next tile's
+    // bytes (a task's rows span few 4 KiB pages, where the hardware prefetcher stops).
+    const bool fetch = a.M <= 8 && nb + 2 * kTileRows <= a.N;
     for (int m0 = 0; m0 < a.M; m0 += kTileX) {
       const int mc = a.M - m0 < kTileX ? a.M - m0 : kTileX;
       for (int i = 0; i < mc; ++i) _mm256_storeu_ps(acc + 8 * i, _mm256_setzero_ps());
@@ -555,6 +558,10 @@ inline void tile_impl(const QmmI8Args& a, int n0, int n1, float* sb) {
         // The group's blocks unpacked first, so that each x row's accumulator is read and
         // written once per group, its bias term included.
         __m256i wv[kTileMaxBlocks][kTileVecs];
+        if (fetch)  // the next tile's group, as fast as this one's is consumed
+          for (int r = 0; r < kTileRows; ++r)
+            for (long b = 0; b < a.group_size * BITS / 8; b += 64)
+              __builtin_prefetch(wr[r] + kTileRows * row_bytes + g * a.group_size * BITS / 8 + b);
         for (int jb = 0; jb < per_group; ++jb) tile_weights<BITS>(wr, g * per_group + jb, wv[jb]);
         const __m256 sv = _mm256_loadu_ps(sc + g * kTileRows);
         const __m256 bv = _mm256_loadu_ps(bi + g * kTileRows);
