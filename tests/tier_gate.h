@@ -32,18 +32,26 @@ mx::array teacher_forced_logprobs(Model& model, const std::vector<int>& tokens);
 mx::array stepped_logprobs(Model& model, const std::vector<int>& tokens, int max_step);
 TeacherForced compare_logprobs(const mx::array& exact, const mx::array& fast);
 
-// Within its scope the CPU kernels keep MLX's weight layout (kernels::cpu::set_packing), so
+// Within its scope the CPU kernels keep MLX's weight layout (kernels::cpu::set_packing) and
 // calls of more than kInt8MaxRows rows take the float32 kernel, as on CPUs without the packed
-// int8 kernel.
+// int8 kernel (on AVX2, whose int8 tiles take every row count by default, the int8 path is off).
 class MlxLayoutScope {
  public:
-  MlxLayoutScope() : was_(kernels::cpu::packing()) { kernels::cpu::set_packing(false); }
-  ~MlxLayoutScope() { kernels::cpu::set_packing(was_); }
+  MlxLayoutScope()
+      : was_(kernels::cpu::packing()),
+        int8_off_(kernels::cpu::int8_kernel_name(kernels::cpu::active_isa()) == "avx2") {
+    kernels::cpu::set_packing(false);
+    if (int8_off_) kernels::cpu::set_int8_mode(kernels::cpu::Int8Mode::off);
+  }
+  ~MlxLayoutScope() {
+    kernels::cpu::set_packing(was_);
+    if (int8_off_) kernels::cpu::set_int8_mode(std::nullopt);
+  }
   MlxLayoutScope(const MlxLayoutScope&) = delete;
   MlxLayoutScope& operator=(const MlxLayoutScope&) = delete;
 
  private:
-  bool was_;
+  bool was_, int8_off_;
 };
 
 // Greedy continuation of `prompt` (prefill, then one token per step), ignoring EOS.

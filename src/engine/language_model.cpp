@@ -99,7 +99,7 @@ std::string describe_tier(bool cpu_kernels, bool cuda_kernels = false) {
   if (const std::string i8 = kc::int8_kernel_name(isa);
       !i8.empty() && kc::int8_mode() != kc::Int8Mode::off)
     kernels += " + int8 " + i8 + (kc::int8_packed(isa) ? " packed" : "") +
-               (kc::int8_mode() == kc::Int8Mode::all || kc::int8_packed(isa)
+               (kc::int8_mode() == kc::Int8Mode::all || kc::int8_all_rows(isa)
                     ? std::string(" (all rows)")
                     : " (<= " + std::to_string(kc::kInt8MaxRows) + " rows)");
   return "L3 (lmx CPU kernels: " + kernels + ", " + std::to_string(kc::num_threads()) + " threads)";

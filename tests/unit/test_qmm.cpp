@@ -218,10 +218,12 @@ TEST_P(QmmInt8Layouts, MatchesInt8ArithmeticAndStaysWithinTheQuantizationBound) 
     GTEST_SKIP() << "this CPU has no int8 kernel (AVX512-VNNI, AVX-VNNI or AVX2)";
   uint64_t seed = 100;
   // (M, N, K): decode rows, odd row counts around the 2-row and 4-row blocks, K with a 32-input
-  // tail after the 64-input vectors (96, 160, 224), a wide decode layer (64-row tasks).
+  // tail after the 64-input vectors (96, 160, 224), a wide decode layer (64-row tasks); batch
+  // steps and prefills (AVX2's 8-row tiles: N not a multiple of 8, M past a 32-row pass).
   const std::vector<std::tuple<int, int, int>> shapes = {
-      {1, 1, 128}, {1, 7, 96},   {2, 17, 256},   {3, 5, 160},   {5, 64, 384},
-      {8, 9, 224}, {9, 33, 512}, {1, 1031, 576}, {4, 130, 1536}};
+      {1, 1, 128},     {1, 7, 96},    {2, 17, 256},   {3, 5, 160},    {5, 64, 384},
+      {8, 9, 224},     {9, 33, 512},  {1, 1031, 576}, {4, 130, 1536}, {16, 43, 576},
+      {16, 1030, 192}, {33, 21, 256}, {70, 16, 128}};
   float worst = 0;
   // Both weight layouts of the 512-bit kernel: MLX's and its packed copy.
   const bool packing = kc::packing();
@@ -337,15 +339,15 @@ TEST(QmmInt8, OtherWidthsAndLargeCallsUseTheFloatKernel) {
     };
     EXPECT_TRUE(mx::array_equal(run(q3, x, 3, kc::Int8Mode::all), run(q3, x, 3, kc::Int8Mode::off))
                     .item<bool>());
-    // 8-bit weights past the kernel's width (AVX2's int16 pair sums): the float kernel.
+    // 8-bit weights on the int8 path where the kernel takes them (every kernel today).
     Quantized q8 = quantize(40, 256, 64, 8, mx::float32, 25);
     const bool eight = kc::int8_max_bits(isa) >= 8;
     EXPECT_EQ(mx::array_equal(run(q8, x, 8, kc::Int8Mode::all), run(q8, x, 8, kc::Int8Mode::off))
                   .item<bool>(),
               !eight)
         << kc::int8_kernel_name(isa);
-    // The default mode: int8 for every call on the packed layout; on MLX's layout for at most
-    // kInt8MaxRows rows, the float kernel above.
+    // The default mode: int8 for every call on the packed layout and AVX2's tiles; on MLX's
+    // layout otherwise for at most kInt8MaxRows rows, the float kernel above.
     const bool packing = kc::packing();
     Quantized q4 = quantize(40, 256, 64, 4, mx::float32, 23);
     for (bool pack : {false, true}) {
@@ -353,7 +355,7 @@ TEST(QmmInt8, OtherWidthsAndLargeCallsUseTheFloatKernel) {
       for (int M : {1, kc::kInt8MaxRows, kc::kInt8MaxRows + 1, 64}) {
         mx::array xm = mx::random::normal({M, 256}, mx::float32, mx::random::key(24 + M));
         mx::array best = run(q4, xm, 4, kc::Int8Mode::best);
-        const bool int8 = M <= kc::kInt8MaxRows || kc::int8_packed(isa);
+        const bool int8 = M <= kc::kInt8MaxRows || kc::int8_all_rows(isa);
         mx::array expect = run(q4, xm, 4, int8 ? kc::Int8Mode::all : kc::Int8Mode::off);
         EXPECT_TRUE(mx::array_equal(best, expect).item<bool>()) << "M=" << M << " pack=" << pack;
         EXPECT_FALSE(
@@ -363,6 +365,7 @@ TEST(QmmInt8, OtherWidthsAndLargeCallsUseTheFloatKernel) {
       }
     }
     EXPECT_EQ(kc::int8_packed(isa), kc::int8_kernel_name(isa) == "avx512vnni");
+    EXPECT_EQ(kc::int8_all_rows(isa), kc::int8_packed(isa) || kc::int8_kernel_name(isa) == "avx2");
     kc::set_packing(packing);
   }
 }

@@ -141,6 +141,8 @@ int int8_max_bits(Isa isa) { return i8_kernel(isa).rows ? i8_kernel(isa).max_bit
 
 bool int8_packed(Isa isa) { return i8_kernel(isa).packed_rows != nullptr && packing(); }
 
+bool int8_all_rows(Isa isa) { return int8_packed(isa) || i8_kernel(isa).tile_rows != nullptr; }
+
 namespace {
 
 ScaleType scale_type(mx::Dtype t) {
@@ -232,6 +234,7 @@ class LmxQuantizedMatmul : public mx::UnaryPrimitive {
 // The int8 activations of one call (QmmI8Args).
 struct I8Rows {
   std::vector<signed char> q;
+  std::vector<short> q16;
   std::vector<float> d, sum, bsum;
 };
 }  // namespace
@@ -263,7 +266,7 @@ bool uses_int8(const QWeight& w, int M, Isa isa, Int8Mode int8) {
   const QmmI8Kernel k = i8_kernel(isa);
   if ((w.bits != 4 && w.bits != 8) || w.bits > k.max_bits || !k.rows || int8 == Int8Mode::off)
     return false;
-  return int8 == Int8Mode::all || M <= kInt8MaxRows || (k.packed_rows && packing());
+  return int8 == Int8Mode::all || M <= kInt8MaxRows || int8_all_rows(isa);
 }
 
 // Rows per task for a weight of N rows: 16, or 64 for decode-sized calls on wide layers (longer
@@ -416,18 +419,27 @@ void qmm_i8(int n, const QWeight* ws, const float* x, int M, float* const* outs,
   const QWeight& w = ws[0];
   const QmmI8Kernel kernel = i8_kernel(isa);
   const bool packed = kernel.packed_rows && packing();
+  const bool tile = !packed && kernel.tile_rows && (M >= kernel.tile_min_rows || w.bits == 8);
   thread_local I8Rows xq;  // reused across calls: a decode step makes hundreds
   xq.q.resize(static_cast<size_t>(M) * 2 * w.K);
   xq.d.resize(static_cast<size_t>(M) * (w.K / 32));
   xq.sum.resize(static_cast<size_t>(M) * (w.K / w.group_size));
   xq.bsum.resize(w.K / 32);
   // The packed layout takes xq in input order, as 8-bit weights do.
-  kernel.quantize(x, M, w.K, w.group_size, packed ? 8 : w.bits, xq.q.data(), xq.d.data(),
+  kernel.quantize(x, M, w.K, w.group_size, packed || tile ? 8 : w.bits, xq.q.data(), xq.d.data(),
                   xq.sum.data(), xq.bsum.data());
+  if (tile) {  // QmmI8Args::x16
+    xq.q16.resize(static_cast<size_t>(M) * w.K);
+    for (long m = 0; m < M; ++m)
+      for (long k = 0; k < w.K; ++k)
+        xq.q16[m * w.K + k] =
+            static_cast<short>(128 * xq.q[2 * m * w.K + k] + xq.q[(2 * m + 1) * w.K + k]);
+  }
   std::vector<QmmI8Args> args(n);
   for (int i = 0; i < n; ++i) {
     QmmI8Args& a = args[i];
     set_weight(a, ws[i], M, outs[i]);
+    a.x16 = xq.q16.data();
     if (packed) a.w = packed_weight(ws[i]);
     a.xq = xq.q.data();
     a.xd = xq.d.data();
@@ -437,11 +449,13 @@ void qmm_i8(int n, const QWeight* ws, const float* x, int M, float* const* outs,
     for_rows(n, ws, M, [&](int i, int n0, int n1) { kernel.packed_rows(args[i], n0, n1); });
     return;
   }
+  const QmmI8RowsFn rows = tile ? kernel.tile_rows : kernel.rows;
   for_rows(n, ws, M, [&](int i, int n0, int n1) {
     thread_local std::vector<float> sbuf;
-    const size_t need = 8 * static_cast<size_t>(w.K / 32);
+    // QmmI8RowsFn: rows needs 8 K / 32, tile_rows 3 * 8 per group and 8 per x row of a pass.
+    const size_t need = 24 * static_cast<size_t>(w.K / 32) + 256;
     if (sbuf.size() < need) sbuf.resize(need);
-    kernel.rows(args[i], n0, n1, sbuf.data());
+    rows(args[i], n0, n1, sbuf.data());
   });
 }
 

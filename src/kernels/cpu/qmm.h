@@ -23,10 +23,11 @@ Isa active_isa();  // LMX_CPU_ISA, else the widest the CPU has
 
 // The integer path of the kernels (QmmI8Args): activations quantized to int8 per block of 32
 // inputs, u8 x s8 dot products with VNNI, for 4- and 8-bit weights on a CPU with AVX512-VNNI
-// (under Isa::avx512) or AVX-VNNI. An approximation of the float32 kernel, which stays its
+// (under Isa::avx512) or AVX-VNNI, and on AVX2 (vpmaddubsw for one row, int16 tiles of 8 weight
+// rows for more rows and 8-bit weights). An approximation of the float32 kernel, which stays its
 // reference (docs/cpu.md). best: where it is measured faster than the float32 kernel, every
-// call on the packed layout (packing()), else calls of at most kInt8MaxRows rows (decode, short
-// verifies); all: every call.
+// call on the packed layout (packing()) and on AVX2's tiles, else calls of at most
+// kInt8MaxRows rows (decode, short verifies); all: every call.
 enum class Int8Mode { off, best, all };
 constexpr int kInt8MaxRows = 8;
 // LMX_CPU_INT8=0|1|all (off, best, all); unset: best.
@@ -39,12 +40,15 @@ void set_int8_mode(std::optional<Int8Mode> mode);
 // set_packing overrides it for the calls that follow (tests, A/B runs).
 bool packing();
 void set_packing(bool on);
-// The int8 kernel quantized matmuls under `isa` use: "avx512vnni", "avxvnni", "avx2" (4-bit
-// weights only, vpmaddubsw), or "" for none.
+// The int8 kernel quantized matmuls under `isa` use: "avx512vnni", "avxvnni", "avx2", or "" for
+// none.
 std::string int8_kernel_name(Isa isa);
 int int8_max_bits(Isa isa);  // the widest weights that kernel takes (0: none)
 // Whether that kernel runs on packed weight copies under `isa` (packing() and a kernel for them).
 bool int8_packed(Isa isa);
+// Whether that kernel takes calls of every row count under Int8Mode::best (packed, or AVX2's
+// tiles), rather than at most kInt8MaxRows rows.
+bool int8_all_rows(Isa isa);
 
 struct QmmOptions {
   int group_size = 64;

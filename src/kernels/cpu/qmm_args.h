@@ -62,6 +62,7 @@ struct QmmI8Args {
   const signed char* xq = nullptr;
   const float* xd = nullptr;    // (M, K / 32): d / 128 per block
   const float* xsum = nullptr;  // (M, K / group_size): sums of xhat over each weight group
+  const short* x16 = nullptr;   // (M, K): 128 q1 + q2 in input order (tile_rows)
   const unsigned char* w = nullptr;
   const void* scales = nullptr;
   const void* biases = nullptr;
@@ -70,7 +71,7 @@ struct QmmI8Args {
   int M = 0, N = 0, K = 0, group_size = 0, bits = 0;
 };
 
-// Rows [n0, n1) of the output for every m; sbuf: 8 * K / 32 floats of scratch.
+// Rows [n0, n1) of the output for every m; sbuf: 24 * K / 32 + 256 floats of scratch.
 using QmmI8RowsFn = void (*)(const QmmI8Args& a, int n0, int n1, float* sbuf);
 
 // x (M, K) float32 -> xq (M, 2, K), xd (M, K / 32), xsum (M, K / group_size) in the kernel's
@@ -102,10 +103,17 @@ struct QmmI8Kernel {
   QuantizeXFn quantize = nullptr;
   int chunk = 32;  // inputs per vector (64 with 512-bit registers; a 32 tail when K % 64)
   QmmI8PackedRowsFn packed_rows = nullptr;  // the packed layout's kernel, where there is one
-  // The widest weights it computes exactly: AVX2's vpmaddubsw sums two u8 x s8 products in
-  // int16, which 8-bit weights (255 * 127 * 2) overflow and 4-bit ones (15 * 127 * 2) do not.
+  // The widest weights it computes exactly (8: every kernel; AVX2's `rows` alone takes 4-bit
+  // weights, whose vpmaddubsw pair sums 15 * 127 * 2 fit int16, and leaves 8-bit ones to
+  // tile_rows).
   int max_bits = 8;
   const char* name = "";
+  // AVX2's kernel over tiles of 8 weight rows on MLX's layout (qmm_i8_kernel.h, kTileRows), xq in
+  // input order (quantize with bits = 8): weights unpacked once per tile and block for every x
+  // row, 4- and 8-bit (its nibble split keeps the int16 sums exact). It takes the calls of at
+  // least tile_min_rows rows, and every call on 8-bit weights (`rows` takes 4-bit ones only).
+  QmmI8RowsFn tile_rows = nullptr;
+  int tile_min_rows = 2;
 };
 
 QmmI8Kernel kernels_i8_avx512vnni();  // empty when not built for x86-64

@@ -1,6 +1,7 @@
-// The int8-activation kernel for AVX2 CPUs without VNNI: each 4-input vpdpbusd is vpmaddubsw
-// (u8 x s8 pairs summed in int16) then vpmaddwd by ones (pairs of int16 summed in int32), the
-// same integers while no int16 sum overflows, so 4-bit weights only (QmmI8Kernel::max_bits).
+// The int8-activation kernel for AVX2 CPUs without VNNI. One-row calls on 4-bit weights: each
+// 4-input vpdpbusd is vpmaddubsw (u8 x s8 pairs summed in int16) then vpmaddwd by ones (pairs of
+// int16 summed in int32), the same integers while no int16 sum overflows (4-bit weights). Calls
+// of 2 or more rows, and 8-bit weights: tiles of 8 weight rows widened to int16 (tile_rows).
 // This file's flags are set in CMakeLists.txt.
 #include "kernels/cpu/qmm_args.h"
 
@@ -11,7 +12,14 @@
 
 namespace lmx::kernels::cpu {
 QmmI8Kernel kernels_i8_avx2() {
-  return {&i8_avx2::qmm_i8_rows, &i8_avx2::quantize_x, i8_avx2::kChunk, nullptr, 4, "avx2"};
+  return {&i8_avx2::qmm_i8_rows,
+          &i8_avx2::quantize_x,
+          i8_avx2::kChunk,
+          nullptr,
+          8,
+          "avx2",
+          &i8_avx2::qmm_i8_tile_rows,
+          2};
 }
 }  // namespace lmx::kernels::cpu
 #else

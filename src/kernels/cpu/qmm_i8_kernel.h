@@ -1,8 +1,9 @@
 // The int8-activation quantized matmul (QmmI8Args), compiled once per flavour:
 // qmm_i8_avx512vnni.cpp (512-bit vpdpbusd, 64 inputs per vector), qmm_i8_avxvnni.cpp (the
 // VEX-encoded 256-bit vpdpbusd of AVX-VNNI, 32 inputs per vector) and qmm_i8_avx2.cpp (vpdpbusd
-// as vpmaddubsw + vpmaddwd, 4-bit weights). Like qmm_kernel.h it lives in
-// the including file's namespace LMX_QMM_NS and includes no library headers.
+// as vpmaddubsw + vpmaddwd for one row of 4-bit weights, the int16 tiles below otherwise). Like
+// qmm_kernel.h it lives in the including file's namespace LMX_QMM_NS and includes no library
+// headers.
 //
 // Per output row n, 32-input block j and weight group g(j): the u8 weights q (4-bit unpacked in
 // registers, or 8-bit as stored) times the two int8 limbs of the activations, 128 * (q . q1) + q
@@ -418,6 +419,180 @@ inline void qmm_i8_packed_rows(const QmmI8Args& a, int n0, int n1) {
     packed_impl<4>(a, n0, n1);
   else
     packed_impl<8>(a, n0, n1);
+}
+#endif
+
+#if defined(LMX_I8_MADDUBS)
+// The AVX2 kernel over tiles of kTileRows weight rows for any number of x rows, on MLX's layout:
+// each tile's weights are unpacked, widened to int16 and transposed in registers once per block
+// of 32 inputs, then reused by up to kTileX x rows, so a call of M rows costs far less than M
+// calls of one. Per x row: vpmaddwd of the weights with the activations as one int16, x16 = 128
+// q1 + q2 (|x16| <= 127 * 128 + 64 = 16320), 2 inputs per int32 lane, exact (32 * 255 * 16320 <
+// 2^31): one multiply per 16 products where vpmaddubsw needs one per limb, and 8-bit weights
+// need no split (vpmaddubsw's int16 pair sums overflow on them).
+constexpr int kTileRows = 8;
+constexpr int kTileX = 32;
+constexpr int kTileVecs = 16;      // int16 weight vectors per tile and block
+constexpr int kTileMaxBlocks = 4;  // blocks of 32 per group (group size <= 128)
+
+// Block j (32 inputs) of the tile's rows wr[0 .. 8) as int16. 4-bit: wv[4 s + c], s = 0 .. 3
+// (inputs 8 s .. 8 s + 7), holds rows c | c + 4 in its two 128-bit lanes, one input per int16 in
+// order. 8-bit: wv[2 s + h], s = 0 .. 7 (inputs 4 s .. 4 s + 3), int32 lanes rows 2 h, 2 h, 2 h
+// + 1, 2 h + 1 | the same + 4, inputs (0, 1) then (2, 3).
+template <int BITS>
+inline void tile_weights(const unsigned char* const* wr, int j, __m256i* wv) {
+  const __m256i zero = _mm256_setzero_si256();
+  if constexpr (BITS == 4) {
+    // Dword s of a row: inputs 8 s .. 8 s + 7, two a byte, low nibble first.
+    __m256i y[4];
+    for (int r = 0; r < 4; ++r)
+      y[r] = _mm256_inserti128_si256(
+          _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(wr[r] + 16 * j))),
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(wr[r + 4] + 16 * j)), 1);
+    // 4 x 4 dword transposes in each 128-bit lane: d[s] holds dword s of rows 0-3 | 4-7.
+    const __m256i t0 = _mm256_unpacklo_epi32(y[0], y[1]), t1 = _mm256_unpackhi_epi32(y[0], y[1]);
+    const __m256i t2 = _mm256_unpacklo_epi32(y[2], y[3]), t3 = _mm256_unpackhi_epi32(y[2], y[3]);
+    const __m256i d[4] = {_mm256_unpacklo_epi64(t0, t2), _mm256_unpackhi_epi64(t0, t2),
+                          _mm256_unpacklo_epi64(t1, t3), _mm256_unpackhi_epi64(t1, t3)};
+    const __m256i low = _mm256_set1_epi8(15);
+    for (int s = 0; s < 4; ++s) {
+      // lo: inputs 0, 2, 4, 6 of each dword, hi: 1, 3, 5, 7; interleaved: 8 bytes in order per
+      // row, rows 0, 1 | 4, 5 (p) and 2, 3 | 6, 7 (q).
+      const __m256i lo = _mm256_and_si256(d[s], low);
+      const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(d[s], 4), low);
+      const __m256i p = _mm256_unpacklo_epi8(lo, hi), q = _mm256_unpackhi_epi8(lo, hi);
+      wv[4 * s + 0] = _mm256_unpacklo_epi8(p, zero);
+      wv[4 * s + 1] = _mm256_unpackhi_epi8(p, zero);
+      wv[4 * s + 2] = _mm256_unpacklo_epi8(q, zero);
+      wv[4 * s + 3] = _mm256_unpackhi_epi8(q, zero);
+    }
+  } else {
+    __m256i y[8];
+    for (int r = 0; r < 8; ++r)
+      y[r] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wr[r] + 32 * j));
+    // Per 4 rows (0-3, then 4-7): 4 x 4 dword transposes in each lane; u[4 h + s] = dword s of
+    // rows 4 h .. 4 h + 3 | dword s + 4 of them.
+    __m256i u[8];
+    for (int h = 0; h < 2; ++h) {
+      const __m256i* z = y + 4 * h;
+      const __m256i t0 = _mm256_unpacklo_epi32(z[0], z[1]), t1 = _mm256_unpackhi_epi32(z[0], z[1]);
+      const __m256i t2 = _mm256_unpacklo_epi32(z[2], z[3]), t3 = _mm256_unpackhi_epi32(z[2], z[3]);
+      u[4 * h + 0] = _mm256_unpacklo_epi64(t0, t2);
+      u[4 * h + 1] = _mm256_unpackhi_epi64(t0, t2);
+      u[4 * h + 2] = _mm256_unpacklo_epi64(t1, t3);
+      u[4 * h + 3] = _mm256_unpackhi_epi64(t1, t3);
+    }
+    for (int s = 0; s < 4; ++s) {
+      const __m256i a = _mm256_permute2x128_si256(u[s], u[4 + s], 0x20);  // dword s, all rows
+      const __m256i b = _mm256_permute2x128_si256(u[s], u[4 + s], 0x31);  // dword s + 4
+      wv[2 * s] = _mm256_unpacklo_epi8(a, zero);
+      wv[2 * s + 1] = _mm256_unpackhi_epi8(a, zero);
+      wv[2 * s + 8] = _mm256_unpacklo_epi8(b, zero);
+      wv[2 * s + 9] = _mm256_unpackhi_epi8(b, zero);
+    }
+  }
+}
+
+// One x row's int32 sums of a block, rows 0, 1, 2, 3 | 4, 5, 6, 7: sum_k w_k x16_k over the
+// block's 32 inputs at x (int16).
+template <int BITS>
+inline __m256i tile_dot(const __m256i* wv, const short* x) {
+  if constexpr (BITS == 4) {
+    // Per row c | c + 4, 4 lanes each summing 2 inputs of each of the 4 dwords.
+    __m256i c[4];
+    for (int r = 0; r < 4; ++r) c[r] = _mm256_setzero_si256();
+    for (int s = 0; s < 4; ++s) {
+      const __m256i xv = _mm256_broadcastsi128_si256(
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(x + 8 * s)));  // inputs 8 s .. + 7
+      for (int r = 0; r < 4; ++r)
+        c[r] = _mm256_add_epi32(c[r], _mm256_madd_epi16(wv[4 * s + r], xv));
+    }
+    return _mm256_hadd_epi32(_mm256_hadd_epi32(c[0], c[1]), _mm256_hadd_epi32(c[2], c[3]));
+  } else {
+    __m256i lo = _mm256_setzero_si256(), hi = lo;
+    for (int s = 0; s < 8; ++s) {
+      long long v;
+      __builtin_memcpy(&v, x + 4 * s, 8);
+      const __m256i xv = _mm256_set1_epi64x(v);  // inputs 4 s .. 4 s + 3, as the lanes pair them
+      lo = _mm256_add_epi32(lo, _mm256_madd_epi16(wv[2 * s], xv));
+      hi = _mm256_add_epi32(hi, _mm256_madd_epi16(wv[2 * s + 1], xv));
+    }
+    return _mm256_hadd_epi32(lo, hi);
+  }
+}
+
+// Rows [n0, n1) for every m, from a.x16, a.xd and a.xsum. sb: the tile's scales and biases
+// transposed (groups x 8 each), one row's converted values (groups), kTileX x 8 accumulators.
+template <int BITS>
+inline void tile_impl(const QmmI8Args& a, int n0, int n1, float* sb) {
+  const int groups = a.K / a.group_size, per_group = a.group_size / 32;
+  const long K = a.K;  // locals: the stores to acc could alias a's fields
+  const long row_bytes = K * BITS / 8;
+  const long ss = a.scale_type == ScaleType::f32 ? 4 : 2;
+  const short* x16 = a.x16;
+  const float* xd = a.xd;
+  float* sc = sb;                         // (groups, 8)
+  float* bi = sc + kTileRows * groups;    // (groups, 8)
+  float* one = bi + kTileRows * groups;   // (groups)
+  float* acc = one + kTileRows * groups;  // (kTileX, 8)
+  for (int nb = n0; nb < n1; nb += kTileRows) {
+    const int rows = n1 - nb < kTileRows ? n1 - nb : kTileRows;
+    const unsigned char* wr[kTileRows];
+    for (int r = 0; r < kTileRows; ++r) {
+      const int n = nb + (r < rows ? r : rows - 1);  // short tiles repeat their last row
+      wr[r] = a.w + n * row_bytes;
+      to_float(static_cast<const char*>(a.scales) + static_cast<long>(n) * groups * ss,
+               a.scale_type, groups, one);
+      for (int g = 0; g < groups; ++g) sc[g * kTileRows + r] = one[g];
+      to_float(static_cast<const char*>(a.biases) + static_cast<long>(n) * groups * ss,
+               a.scale_type, groups, one);
+      for (int g = 0; g < groups; ++g) bi[g * kTileRows + r] = one[g];
+    }
+    // Each weight byte is read once per call: at few x rows the tile asks for the next tile's
+    // bytes (a task's rows span few 4 KiB pages, where the hardware prefetcher stops).
+    const bool fetch = a.M <= 8 && nb + 2 * kTileRows <= a.N;
+    for (int m0 = 0; m0 < a.M; m0 += kTileX) {
+      const int mc = a.M - m0 < kTileX ? a.M - m0 : kTileX;
+      for (int i = 0; i < mc; ++i) _mm256_storeu_ps(acc + 8 * i, _mm256_setzero_ps());
+      for (int g = 0; g < groups; ++g) {
+        // The group's blocks unpacked first, so that each x row's accumulator is read and
+        // written once per group, its bias term included.
+        __m256i wv[kTileMaxBlocks][kTileVecs];
+        if (fetch)  // the next tile's group, as fast as this one's is consumed
+          for (int r = 0; r < kTileRows; ++r)
+            for (long b = 0; b < a.group_size * BITS / 8; b += 64)
+              __builtin_prefetch(wr[r] + kTileRows * row_bytes + g * a.group_size * BITS / 8 + b);
+        for (int jb = 0; jb < per_group; ++jb) tile_weights<BITS>(wr, g * per_group + jb, wv[jb]);
+        const __m256 sv = _mm256_loadu_ps(sc + g * kTileRows);
+        const __m256 bv = _mm256_loadu_ps(bi + g * kTileRows);
+        const short* x = x16 + m0 * K + static_cast<long>(g) * a.group_size;
+        const float* d = xd + m0 * (K / 32) + g * per_group;
+        const float* xs = a.xsum + static_cast<long>(m0) * groups + g;
+        for (int i = 0; i < mc; ++i, x += K, d += K / 32, xs += groups) {
+          __m256 f = _mm256_fmadd_ps(bv, _mm256_set1_ps(*xs), _mm256_loadu_ps(acc + 8 * i));
+          for (int jb = 0; jb < per_group; ++jb) {
+            const __m256i p = tile_dot<BITS>(wv[jb], x + 32 * jb);
+            f = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_mul_ps(sv, _mm256_set1_ps(d[jb])), f);
+          }
+          _mm256_storeu_ps(acc + 8 * i, f);
+        }
+      }
+      for (int i = 0; i < mc; ++i) {
+        float* o = a.out + static_cast<long>(m0 + i) * a.N + nb;
+        if (rows == kTileRows)
+          _mm256_storeu_ps(o, _mm256_loadu_ps(acc + 8 * i));
+        else
+          __builtin_memcpy(o, acc + 8 * i, static_cast<unsigned long>(rows) * 4);
+      }
+    }
+  }
+}
+
+inline void qmm_i8_tile_rows(const QmmI8Args& a, int n0, int n1, float* sb) {
+  if (a.bits == 4)
+    tile_impl<4>(a, n0, n1, sb);
+  else
+    tile_impl<8>(a, n0, n1, sb);
 }
 #endif
 
