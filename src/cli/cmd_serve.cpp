@@ -159,8 +159,10 @@ int cmd_serve(const Args& args) {
   o.max_loaded_models = f.integer("max-loaded-models", 0);
   check(!f.has("max-loaded-models") || o.max_loaded_models >= 1, "serve",
         "--max-loaded-models must be >= 1, got ", o.max_loaded_models);
-  if (f.has("memory-budget"))
-    o.memory_budget = parse_bytes(f.str("memory-budget"), "--memory-budget");
+  if (f.has("memory-budget")) {
+    o.memory_budget = parse_size_gb(f.str("memory-budget"));
+    o.scheduler.memory_budget = o.memory_budget;
+  }
   o.any_model_name = f.on("any-model-name");
   o.request_timeout = f.integer("request-timeout", 0);
   check(o.request_timeout >= 0, "serve", "--request-timeout must be >= 0, got ",
