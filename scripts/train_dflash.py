@@ -11,7 +11,8 @@ Data: prompts (windows of --text tokenized by the target's tokenizer, or random 
 the tapped layers are computed once per sequence. Each step takes one anchor position a in the
 generated part for a batch of sequences: the context is the states of positions < a, the block
 [token a, mask x (block - 1)], the labels tokens a + 1 .. a + block - 1, weighted
-exp(-(k - 1) / decay) for block position k (early positions matter most: a miss ends the round).
+exp(-(k - 1) / decay) for block position k (early positions matter most: a miss ends the round). The states come from the
+generating forwards themselves (the target's tap), so the target runs once over the data.
 """
 
 import argparse
@@ -30,32 +31,39 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import dflash_reference as ref  # noqa: E402
 
 
-def greedy_continue(target, prompts, n):
-    """prompts (N, P) -> (N, P + n): each row continued greedily by the target."""
+def greedy_continue(target, prompts, n, ids):
+    """prompts (N, P) -> (N, P + n) each row continued greedily by the target, and the tapped
+    states of all but the last token (N, P + n - 1, taps * hidden), from the same forwards."""
     cache = make_prompt_cache(target)
-    logits = target(prompts, cache)
-    out = [prompts]
+    logits, st = ref.tapped_forward(target, prompts, cache, ids)
+    out, states = [prompts], [st]
     y = mx.argmax(logits[:, -1:], axis=-1)
-    for _ in range(n):
+    for i in range(n):
         out.append(y)
-        logits = target(y, cache)
+        if i == n - 1:
+            break
+        logits, st = ref.tapped_forward(target, y, cache, ids)
+        states.append(st)
         y = mx.argmax(logits[:, -1:], axis=-1)
-        mx.eval(y)
-    return mx.concatenate(out, axis=1)
+        mx.eval(y, st)
+    return mx.concatenate(out, axis=1), mx.concatenate(states, axis=1)
 
 
-def make_sequences(target, vocab, sequences, prompt_len, length, seed, text=None, tokenizer=None):
+def make_sequences(target, vocab, sequences, prompt_len, length, seed, ids, text=None,
+                   tokenizer=None):
     key = mx.random.key(seed)
     if text is None:
         prompts = mx.random.randint(0, vocab - 1, (sequences, prompt_len), key=key)
     else:
-        ids = tokenizer.encode(text)
-        starts = mx.random.randint(0, len(ids) - prompt_len, (sequences,), key=key).tolist()
-        prompts = mx.array([ids[s: s + prompt_len] for s in starts])
-    rows = []
+        tok = tokenizer.encode(text)
+        starts = mx.random.randint(0, len(tok) - prompt_len, (sequences,), key=key).tolist()
+        prompts = mx.array([tok[s: s + prompt_len] for s in starts])
+    seqs, states = [], []
     for i in range(0, sequences, 16):
-        rows.append(greedy_continue(target, prompts[i: i + 16], length - prompt_len))
-    return mx.concatenate(rows, axis=0)
+        s, st = greedy_continue(target, prompts[i: i + 16], length - prompt_len, ids)
+        seqs.append(s)
+        states.append(st.astype(mx.float32))
+    return mx.concatenate(seqs, axis=0), mx.concatenate(states, axis=0)
 
 
 def train(target_dir, out_dir, layers=1, block=8, mask=None, sequences=64, prompt_len=16,
@@ -70,11 +78,10 @@ def train(target_dir, out_dir, layers=1, block=8, mask=None, sequences=64, promp
 
         tokenizer = load_tokenizer(Path(target_dir))
     t0 = time.time()
-    seqs = make_sequences(target, vocab, sequences, prompt_len, length, seed, text, tokenizer)
     c = ref.drafter_config(config, layers, block, mask)
     ids = c["dflash_config"]["target_layer_ids"]
-    _, states = ref.tapped_forward(target, seqs, make_prompt_cache(target), ids)
-    states = states.astype(mx.float32)
+    seqs, states = make_sequences(target, vocab, sequences, prompt_len, length, seed, ids, text,
+                                  tokenizer)
     mx.eval(seqs, states)
     if not quiet:
         print(f"data: {sequences} sequences of {length} tokens, taps {ids}, "
