@@ -18,6 +18,7 @@ namespace lmx {
 
 std::string version();
 class LanguageModel;
+class DFlashDrafter;  // src/generate/dflash.h
 // "cpu" or "cuda (<device name>)": what MLX runs on in this build.
 std::string backend_description();
 
@@ -96,14 +97,24 @@ struct GenerateOptions {
   // by the caller) or, with prompt_lookup = N > 0, from the continuation of the latest earlier
   // occurrence of the last n-gram (n = N..1) of prompt + output. Not with processors or a
   // constraint.
-  std::shared_ptr<LanguageModel> draft_model;  // null: none
-  int num_draft_tokens = 3;                    // K, mlx-lm's default
-  int prompt_lookup = 0;                       // 0: off
+  // A DFlash block drafter (load_dflash_drafter) made for this model proposes K tokens in one
+  // forward on the model's hidden states; K <= dflash_block_size(d) - 1.
+  std::shared_ptr<LanguageModel> draft_model;   // null: none
+  std::shared_ptr<const DFlashDrafter> dflash;  // null: none
+  int num_draft_tokens = 3;                     // K, mlx-lm's default
+  int prompt_lookup = 0;                        // 0: off
   // Called after each prefill chunk with the prompt tokens prefilled so far and their total
   // (progress of long prompts, e.g. lmx generate --verbose); null: off.
   std::function<void(int done, int total)> on_prefill;
-  bool speculative() const { return draft_model != nullptr || prompt_lookup > 0; }
+  bool speculative() const { return draft_model || dflash || prompt_lookup > 0; }
 };
+
+// DFlash drafters (docs/speculative.md): whether `dir` holds one (config.json's dflash_config),
+// loading it (named errors for a checkpoint of another layout), and its block size (the drafter
+// proposes up to block size - 1 tokens per round).
+bool is_dflash_drafter(const std::filesystem::path& dir);
+std::shared_ptr<const DFlashDrafter> load_dflash_drafter(const std::filesystem::path& dir);
+int dflash_block_size(const DFlashDrafter& drafter);
 
 // Speculative decoding's counts: a round is one verifying forward of the target.
 struct SpeculativeStats {

@@ -99,7 +99,9 @@ void print_result(const std::string& dir, const LanguageModel& model, const Gene
               {"kv_bytes_per_token", r.last.kv_bytes_per_token}};
     if (opt.speculative()) {
       const SpeculativeStats& s = r.last.speculative;
-      j["speculative"] = {{"proposer", opt.draft_model ? "draft_model" : "prompt_lookup"},
+      j["speculative"] = {{"proposer", opt.draft_model ? "draft_model"
+                                       : opt.dflash    ? "dflash"
+                                                       : "prompt_lookup"},
                           {"num_draft_tokens", opt.num_draft_tokens},
                           {"prompt_lookup", opt.prompt_lookup},
                           {"rounds", s.rounds},

@@ -86,10 +86,12 @@ GenerateOptions generate_options(const Flags& f) {
 
 std::vector<FlagSpec> speculative_flags() {
   return {
-      {"draft-model", "speculative decoding: a draft model of the same vocabulary", false,
-       "DIR|REPO"},
+      {"draft-model",
+       "speculative decoding: a draft model of the same vocabulary, or a DFlash block drafter "
+       "made for the model (detected from its config.json)",
+       false, "DIR|REPO"},
       {"num-draft-tokens", "tokens proposed per verification (draft model or prompt lookup)", false,
-       "K", "3"},
+       "K", "3; a DFlash drafter's block size - 1"},
       {"prompt-lookup",
        "speculative decoding without a draft: propose what followed the last N-gram (N..1) "
        "earlier in prompt + output",
@@ -114,6 +116,12 @@ void set_speculative_options(const Flags& f, const LanguageModel& model, bool ex
   const std::string dir = resolve_model_flag(f, "draft-model");
   check(std::filesystem::is_directory(dir), "lmx", "--draft-model '", dir,
         "' is not a model directory");
+  if (is_dflash_drafter(dir)) {
+    o.dflash = load_dflash_drafter(dir);
+    // The drafter was trained to fill its whole block.
+    if (!f.has("num-draft-tokens")) o.num_draft_tokens = dflash_block_size(*o.dflash) - 1;
+    return;
+  }
   o.draft_model = std::make_shared<LanguageModel>(LanguageModel::load(dir, {.exact = exact}));
   check(o.draft_model->vocab_size() == model.vocab_size(), "lmx",
         "the draft model's vocabulary has ", o.draft_model->vocab_size(),
@@ -126,8 +134,11 @@ std::string speculative_summary(const GenerateOptions& o, const SpeculativeStats
   std::snprintf(buf, sizeof buf,
                 "speculative (%s, K=%d): %d rounds, %d drafted, %d accepted (%.1f%%), mean "
                 "accepted length %.2f tokens per target forward",
-                o.draft_model ? "draft model" : "prompt lookup", o.num_draft_tokens, s.rounds,
-                s.drafted, s.accepted, 100.0 * s.acceptance_rate(), s.mean_accepted_length());
+                o.draft_model ? "draft model"
+                : o.dflash    ? "dflash"
+                              : "prompt lookup",
+                o.num_draft_tokens, s.rounds, s.drafted, s.accepted, 100.0 * s.acceptance_rate(),
+                s.mean_accepted_length());
   return buf;
 }
 

@@ -6,6 +6,7 @@
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/json.h"
 #include "hub/hub.h"
 #include "server/server.h"
 
@@ -182,6 +183,9 @@ int cmd_serve(const Args& args) {
   if (f.has("draft-model")) o.draft_model = resolve_model_flag(f, "draft-model");
   o.prompt_lookup = f.integer("prompt-lookup", 0);
   o.num_draft_tokens = f.integer("num-draft-tokens", 3);
+  // A DFlash drafter fills its whole block unless told otherwise.
+  if (o.draft_model && !f.has("num-draft-tokens") && is_dflash_drafter(*o.draft_model))
+    o.num_draft_tokens = read_json_file(*o.draft_model / "config.json").value("block_size", 4) - 1;
   check(!(f.has("draft-model") && f.has("prompt-lookup")), "serve",
         "--draft-model and --prompt-lookup were both given, expected one");
   check(!f.has("prompt-lookup") || o.prompt_lookup >= 1, "serve",

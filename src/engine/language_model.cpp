@@ -275,6 +275,7 @@ GenerationStats stream_generate(LanguageModel::Impl& impl, Cache& cache,
   if (opt.speculative()) {
     Drafter drafter;
     if (opt.draft_model) drafter.model = opt.draft_model->impl().loaded.model.get();
+    drafter.dflash = opt.dflash.get();
     drafter.prompt_lookup = opt.prompt_lookup;
     stats =
         speculative_generate(*impl.loaded.model, cache, context, prompt, opt, drafter, eos, step);

@@ -250,6 +250,7 @@ void Scheduler::State::start_row(Row& r) {
     // Its prompt is prefilled here, whole (the generator's own prefill), with its adapter.
     Drafter drafter;
     if (r.opt.draft_model) drafter.model = r.opt.draft_model->impl().loaded.model.get();
+    drafter.dflash = r.opt.dflash.get();
     drafter.prompt_lookup = r.opt.prompt_lookup;
     const std::vector<int> context(prompt.begin(), prompt.begin() + static_cast<long>(r.cached));
     nn::RouteGuard route(r.adapter->slot() >= 0 ? impl.router() : nullptr, {r.adapter->slot()});

@@ -5,6 +5,7 @@
 #include "cache/quantized_kv_cache.h"
 #include "cache/rotating_kv_cache.h"
 #include "core/error.h"
+#include "generate/dflash.h"
 #include "kernels/cpu/log_softmax.h"
 
 namespace lmx {
@@ -33,9 +34,10 @@ mx::array one_hot(const mx::array& tokens, int V) {
                     mx::float32);
 }
 
-// Prefills all but the last of `tokens` into `cache`, as TokenGenerator does.
-void prefill(Model& model, Cache& cache, const std::vector<int>& tokens,
-             const GenerateOptions& opt) {
+// Prefills all but the last of `tokens` into `cache`, as TokenGenerator does; `forward` runs
+// the model on each chunk.
+void prefill(Model& model, Cache& cache, const std::vector<int>& tokens, const GenerateOptions& opt,
+             const std::function<mx::array(const mx::array&)>& forward = nullptr) {
   mx::array t = int_array(tokens);
   std::optional<mx::array> history;  // no processors with speculation
   const int total = static_cast<int>(tokens.size());
@@ -43,7 +45,7 @@ void prefill(Model& model, Cache& cache, const std::vector<int>& tokens,
   while (total - done > 1) {
     const int n = std::min(opt.prefill_step_size, total - done - 1);
     prefill_chunk(mx::expand_dims(mx::slice(t, {done}, {done + n}), 0), cache, opt, history,
-                  [&](const mx::array& c) { return model(c, cache); });
+                  [&](const mx::array& c) { return forward ? forward(c) : model(c, cache); });
     done += n;
     if (opt.on_prefill) opt.on_prefill(done, total);
   }
@@ -96,8 +98,10 @@ void validate_speculative(const GenerateOptions& opt, const Cache& cache, const 
         opt.num_draft_tokens);
   check(opt.prompt_lookup >= 0, "speculative", "prompt_lookup must be >= 0 (0: off), got ",
         opt.prompt_lookup);
-  check(!(opt.draft_model && opt.prompt_lookup > 0), "speculative",
-        "a draft model and prompt lookup were both given, expected one of them");
+  check((opt.draft_model ? 1 : 0) + (opt.dflash ? 1 : 0) + (opt.prompt_lookup > 0 ? 1 : 0) <= 1,
+        "speculative",
+        "more than one proposer (draft model, DFlash drafter, prompt lookup) was given, expected "
+        "one of them");
   check(!opt.processors.any(), "speculative",
         "logits processors (logit bias, repetition/presence/frequency penalties) are not "
         "supported with speculative decoding");
@@ -117,8 +121,10 @@ SpeculativeGenerator::SpeculativeGenerator(Model& model, Cache& cache,
                                            GenerateOptions options, Drafter drafter)
     : model_(model), cache_(cache), opt_(std::move(options)), drafter_(drafter) {
   check(!prompt.empty(), "generate", "the prompt is empty, expected at least one token");
-  check(drafter_.model || drafter_.prompt_lookup > 0, "speculative",
-        "no proposer, expected a draft model or prompt_lookup > 0");
+  check(drafter_.model || drafter_.dflash || drafter_.prompt_lookup > 0, "speculative",
+        "no proposer, expected a draft model, a DFlash drafter or prompt_lookup > 0");
+  check(!(drafter_.model && drafter_.dflash), "speculative",
+        "a draft model and a DFlash drafter were both given, expected one of them");
   validate_generation(opt_, static_cast<int>(cache_.size()));
   validate_speculative(opt_, cache_, "model");
   // The draft quantizes its KV cache as the target does; the target's per-layer kv_config is
@@ -131,7 +137,25 @@ SpeculativeGenerator::SpeculativeGenerator(Model& model, Cache& cache,
 
   history_ = context;
   history_.insert(history_.end(), prompt.begin(), prompt.end());
-  prefill(model_, cache_, prompt, opt_);
+  if (drafter_.dflash) {
+    const DFlashConfig& dc = drafter_.dflash->config();
+    drafter_.dflash->check_target(model_);
+    check(opt_.num_draft_tokens <= dc.block_size - 1, "speculative", "num_draft_tokens is ",
+          opt_.num_draft_tokens, ", the DFlash drafter's block of ", dc.block_size,
+          " proposes at most ", dc.block_size - 1);
+    tap_.layers = std::set<int>(dc.target_layer_ids.begin(), dc.target_layer_ids.end());
+    draft_cache_ = drafter_.dflash->make_cache();
+    // The drafter reads the states of this prompt on; a chat's earlier turns (already in the
+    // target's cache) are not re-run for it.
+    prefill(model_, cache_, prompt, opt_, [&](const mx::array& chunk) {
+      mx::array states{0.0f};
+      mx::array logits = tapped_forward(chunk, &states);
+      dflash_context_.push_back(states);
+      return logits;
+    });
+  } else {
+    prefill(model_, cache_, prompt, opt_);
+  }
   if (drafter_.model) {
     draft_cache_ = drafter_.model->make_cache();
     validate_speculative(opt_, draft_cache_, "draft model");
@@ -146,6 +170,30 @@ SpeculativeGenerator::~SpeculativeGenerator() {
     mx::synchronize();
   } catch (...) {  // a failed round has nothing left to wait for
   }
+}
+
+mx::array SpeculativeGenerator::tapped_forward(const mx::array& tokens, mx::array* states) {
+  // Set only around this stream's forwards: the scheduler's batched rows share the model.
+  HiddenTap* before = model_.hidden_tap();
+  model_.set_hidden_tap(&tap_);
+  mx::array logits{0.0f};
+  try {
+    logits = model_(tokens, cache_);
+  } catch (...) {
+    model_.set_hidden_tap(before);
+    throw;
+  }
+  model_.set_hidden_tap(before);
+  std::vector<mx::array> parts;
+  for (int id : drafter_.dflash->config().target_layer_ids) {
+    auto it = tap_.layer_states.find(id);
+    check(it != tap_.layer_states.end(), "speculative", "the model recorded no state for layer ",
+          id, ", expected every layer the DFlash drafter reads");
+    parts.push_back(it->second);
+  }
+  tap_.layer_states.clear();
+  *states = parts.size() == 1 ? parts[0] : mx::concatenate(parts, -1);
+  return logits;
 }
 
 mx::array SpeculativeGenerator::log_probs(const Model& m, const mx::array& logits) const {
@@ -188,6 +236,28 @@ void SpeculativeGenerator::round() {
     k = budget;
     draft = mx::concatenate(ds);
     if (!greedy) q = mx::concatenate(qs, 0);  // (k, V); without an axis MLX flattens
+  } else if (drafter_.dflash) {
+    // One forward of the block [y, mask * budget]; its output at mask position i proposes the
+    // token at that position.
+    const DFlashDrafter& df = *drafter_.dflash;
+    std::vector<int> block(budget + 1, df.config().mask_token_id);
+    block[0] = y_;
+    mx::array ctx = dflash_context_.empty()
+                        ? mx::zeros({1, 0,
+                                     static_cast<int>(df.config().target_layer_ids.size()) *
+                                         df.config().hidden_size})
+                    : dflash_context_.size() == 1 ? dflash_context_[0]
+                                                  : mx::concatenate(dflash_context_, 1);
+    dflash_context_.clear();
+    mx::array logits = df(model_, mx::expand_dims(int_array(block), 0), ctx, draft_cache_);
+    const int V = logits.shape(2);
+    draft_vocab = V;
+    mx::array lp = log_probs(
+        model_, mx::reshape(mx::slice(logits, {0, 1, 0}, {1, budget + 1, V}), {budget, V}));
+    draft = mx::astype(sample(lp, opt_.sampler), mx::int32);
+    if (!greedy) q = sampling_distribution(lp, opt_.sampler);
+    mx::async_eval(*draft);
+    k = budget;
   } else {
     std::vector<int> proposal = prompt_lookup(history_, drafter_.prompt_lookup, budget);
     k = static_cast<int>(proposal.size());
@@ -196,7 +266,9 @@ void SpeculativeGenerator::round() {
 
   mx::array input = int_array({y_});
   if (k > 0) input = mx::concatenate({input, *draft});
-  mx::array logits = model_(mx::expand_dims(input, 0), cache_);
+  mx::array states{0.0f};
+  mx::array logits = drafter_.dflash ? tapped_forward(mx::expand_dims(input, 0), &states)
+                                     : model_(mx::expand_dims(input, 0), cache_);
   const int V = logits.shape(2);
   check(!draft_vocab || *draft_vocab == V, "speculative", "the draft model's logits have ",
         draft_vocab.value_or(0), " entries, the model's ", V,
@@ -239,6 +311,10 @@ void SpeculativeGenerator::round() {
   // The target keeps y and the accepted proposals; its last write held all k + 1.
   if (k - n > 0)
     for (auto& c : cache_) c->trim(k - n, /*bypass=*/true);
+  // The drafter's cache holds committed states only: y's and the accepted proposals' join it
+  // with the next block.
+  if (drafter_.dflash)
+    dflash_context_ = {mx::slice(states, {0, 0, 0}, {1, n + 1, states.shape(2)})};
   if (drafter_.model) {
     // The draft was fed its pending tokens and proposals 0..k-2; it keeps those up to n - 1.
     const int trim = std::max(k - 1 - n, 0);

@@ -12,10 +12,14 @@
 
 namespace lmx {
 
-// Where proposals come from: a draft model, or prompt lookup when it is null.
+class DFlashDrafter;
+
+// Where proposals come from: a draft model, a DFlash block drafter on the target's hidden
+// states, or prompt lookup when both are null.
 struct Drafter {
   Model* model = nullptr;  // same vocabulary as the target; its cache is the generator's own
   int prompt_lookup = 0;   // without a model: the longest n-gram matched (> 0)
+  const DFlashDrafter* dflash = nullptr;  // made for this target (generate/dflash.h)
 };
 
 // Up to `k` tokens that followed the latest earlier occurrence of the last n-gram of `tokens`,
@@ -61,15 +65,20 @@ class SpeculativeGenerator {
   void round();
   mx::array log_probs(const Model& m, const mx::array& logits) const;
   void rollback_draft(int fed, int trim, const std::vector<int>& accepted);
+  // DFlash: the target forward with the tap set; the fused tapped states (1, L, taps * hidden)
+  // go to *states.
+  mx::array tapped_forward(const mx::array& tokens, mx::array* states);
 
   Model& model_;
   Cache& cache_;
   GenerateOptions opt_, draft_opt_;
   Drafter drafter_;
   Cache draft_cache_;
-  std::vector<int> history_;        // context + prompt + emitted tokens (prompt lookup)
-  int y_ = 0;                       // the target's next input: the last token, not yet fed
-  std::vector<int> draft_pending_;  // tokens the draft has not yet been fed
+  std::vector<int> history_;               // context + prompt + emitted tokens (prompt lookup)
+  int y_ = 0;                              // the target's next input: the last token, not yet fed
+  std::vector<int> draft_pending_;         // tokens the draft has not yet been fed
+  HiddenTap tap_;                          // DFlash: the target layers the drafter reads
+  std::vector<mx::array> dflash_context_;  // DFlash: committed states not yet in its cache
   std::deque<Step> ready_;
   int n_ = 0;
   bool started_ = false;

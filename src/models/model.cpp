@@ -125,6 +125,18 @@ void HiddenTap::on_final(const mx::array& h) {
   if (final_norm) final_state = select(h);
 }
 
+mx::array Model::embed(const mx::array&) const {
+  fail("model",
+       "this architecture does not expose its token embedding, expected a dense "
+       "decoder (llama, qwen2, qwen3 and their kin)");
+}
+
+mx::array Model::head(const mx::array&) const {
+  fail("model",
+       "this architecture does not expose its LM head, expected a dense decoder "
+       "(llama, qwen2, qwen3 and their kin)");
+}
+
 Cache Model::make_cache() const {
   Cache c;
   for (int i = 0; i < num_layers(); ++i) c.push_back(std::make_unique<KVCache>());

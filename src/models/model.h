@@ -115,6 +115,7 @@ class Model {
   // Records hidden states into `tap` on every forward until reset with nullptr. Every model in
   // src/models supports it.
   void set_hidden_tap(HiddenTap* tap) { tap_ = tap; }
+  HiddenTap* hidden_tap() const { return tap_; }
   // Tier L3 (lmx's CPU kernels), set by load_model: the token loop takes its log_softmax too.
   void set_cpu_kernels(bool on) { cpu_kernels_ = on; }
   bool cpu_kernels() const { return cpu_kernels_; }
@@ -122,6 +123,11 @@ class Model {
   virtual mx::array operator()(const mx::array& tokens, Cache& cache) = 0;
   // Hidden states after the final norm, (B, L, hidden); used by embeddings.
   virtual mx::array hidden(const mx::array& tokens, Cache& cache) = 0;
+  // The token embedding (B, L) -> (B, L, hidden) and the LM head on states after the final norm
+  // (B, L, hidden) -> (B, L, vocab): a DFlash drafter borrows both. Dense decoders have them;
+  // other architectures throw.
+  virtual mx::array embed(const mx::array& tokens) const;
+  virtual mx::array head(const mx::array& h) const;
   virtual Cache make_cache() const;
   virtual int num_layers() const = 0;
   // Takes a batch of independent rows (cache/rows_cache.h) in one forward. Models whose layers

@@ -160,9 +160,20 @@ DenseDecoder::DenseDecoder(const DecoderOptions& o, WeightStore& w)
     lm_head_ = Linear::load(w, "lm_head", o.attention.hidden_size, o.vocab_size, false);
 }
 
-mx::array DenseDecoder::hidden(const mx::array& tokens, Cache& cache) {
+mx::array DenseDecoder::embed(const mx::array& tokens) const {
   mx::array h = embed_tokens_(tokens);
   if (embedding_multiplier_) h = mx::multiply(h, weak_scalar(*embedding_multiplier_, h));
+  return h;
+}
+
+mx::array DenseDecoder::head(const mx::array& h) const {
+  mx::array logits = lm_head_ ? (*lm_head_)(h) : embed_tokens_.as_linear(h);
+  if (logits_scaling_) logits = mx::divide(logits, weak_scalar(*logits_scaling_, logits));
+  return logits;
+}
+
+mx::array DenseDecoder::hidden(const mx::array& tokens, Cache& cache) {
+  mx::array h = embed(tokens);
   const int L = h.shape(1);
   // llama.py: the causal mask from the first full-attention layer's cache, the windowed one
   // from the first sliding layer's.
@@ -192,10 +203,7 @@ mx::array DenseDecoder::hidden(const mx::array& tokens, Cache& cache) {
 }
 
 mx::array DenseDecoder::operator()(const mx::array& tokens, Cache& cache) {
-  mx::array h = hidden(tokens, cache);
-  mx::array logits = lm_head_ ? (*lm_head_)(h) : embed_tokens_.as_linear(h);
-  if (logits_scaling_) logits = mx::divide(logits, weak_scalar(*logits_scaling_, logits));
-  return logits;
+  return head(hidden(tokens, cache));
 }
 
 Cache DenseDecoder::make_cache() const {

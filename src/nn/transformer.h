@@ -101,6 +101,8 @@ class DenseDecoder : public Model {
   DenseDecoder(const DecoderOptions& o, WeightStore& w);
   mx::array hidden(const mx::array& tokens, Cache& cache) override;
   mx::array operator()(const mx::array& tokens, Cache& cache) override;
+  mx::array embed(const mx::array& tokens) const override;
+  mx::array head(const mx::array& h) const override;
   Cache make_cache() const override;
   int num_layers() const override { return static_cast<int>(layers_.size()); }
   bool supports_layer_hook() const override { return true; }

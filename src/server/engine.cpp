@@ -44,7 +44,9 @@ Engine::Engine(const EngineOptions& o)
     : options_(o),
       model_(LanguageModel::load(o.model, {.exact = o.exact, .adapter_path = o.adapter_path})) {
   for (const auto& [name, dir] : o.adapters) model_.load_adapter(name, dir);
-  if (o.draft_model) {
+  if (o.draft_model && is_dflash_drafter(*o.draft_model)) {
+    dflash_ = load_dflash_drafter(*o.draft_model);
+  } else if (o.draft_model) {
     draft_ =
         std::make_shared<LanguageModel>(LanguageModel::load(*o.draft_model, {.exact = o.exact}));
     check(draft_->vocab_size() == model_.vocab_size(), "serve", "the draft model's vocabulary has ",

@@ -104,6 +104,8 @@ class Engine {
   bool has_adapter(const std::string& name) const { return model_.has_adapter(name); }
   // The draft model of --draft-model (null without one).
   const std::shared_ptr<LanguageModel>& draft_model() const { return draft_; }
+  // The DFlash drafter of --draft-model when that directory holds one (null otherwise).
+  const std::shared_ptr<const DFlashDrafter>& dflash() const { return dflash_; }
   // The name of the adapter loaded from `dir` (the same directory), if one is.
   std::optional<std::string> adapter_at(const std::filesystem::path& dir) const;
   const Tokenizer& tokenizer() const;
@@ -121,6 +123,7 @@ class Engine {
 
   EngineOptions options_;
   LanguageModel model_;
+  std::shared_ptr<const DFlashDrafter> dflash_;
   std::shared_ptr<LanguageModel> draft_;
   std::unique_ptr<Scheduler> scheduler_;
   mutable std::mutex mu_;  // scheduler_ against stop()

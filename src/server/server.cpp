@@ -86,7 +86,8 @@ std::shared_ptr<Job> make_job(const Context& ctx, std::vector<int> prompt, const
   job->options = s.gen;
   job->options.adapter = resolve_adapter(ctx, s);
   if (ctx.kv_config) job->options.kv_config = ctx.kv_config;
-  if (s.num_draft_tokens && !ctx.engine->draft_model() && ctx.options.prompt_lookup == 0)
+  if (s.num_draft_tokens && !ctx.engine->draft_model() && !ctx.engine->dflash() &&
+      ctx.options.prompt_lookup == 0)
     bad_field("num_draft_tokens", "needs a server started with --draft-model or --prompt-lookup");
   job->top_logprobs = s.top_logprobs;
   if (s.json_object || s.json_schema) {
@@ -112,11 +113,14 @@ void speculate(const Context& ctx, const SamplingRequest& s, Job& job) {
   // Speculation needs to roll the sampled tokens back: processors and constraints (JSON, forced
   // tool calls) see each token once, so those requests decode plainly.
   job.options.draft_model = nullptr;
+  job.options.dflash = nullptr;
   job.options.prompt_lookup = 0;
   if (s.speculative == false || job.options.constraint || job.options.processors.any()) return;
-  if (!ctx.engine->draft_model() && ctx.options.prompt_lookup == 0) return;
+  const bool drafter = ctx.engine->draft_model() || ctx.engine->dflash();
+  if (!drafter && ctx.options.prompt_lookup == 0) return;
   job.options.draft_model = ctx.engine->draft_model();
-  job.options.prompt_lookup = ctx.engine->draft_model() ? 0 : ctx.options.prompt_lookup;
+  job.options.dflash = ctx.engine->dflash();
+  job.options.prompt_lookup = drafter ? 0 : ctx.options.prompt_lookup;
   job.options.num_draft_tokens = s.num_draft_tokens.value_or(ctx.options.num_draft_tokens);
 }
 
