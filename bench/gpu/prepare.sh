@@ -7,7 +7,8 @@
 #   bench/gpu/prepare.sh hf      random bf16 checkpoints (bench/gpu/make_models.py, torch)
 #   bench/gpu/prepare.sh gguf    convert_hf_to_gguf.py bf16 -> llama-quantize Q8_0 and Q4_0
 #   bench/gpu/prepare.sh mlx     mlx_lm.convert -q 4-bit group 64 and 32 (needs /tmp/lmx/env.sh)
-# Environment: MODELS (default qwen3-0.6b,qwen3-4b,qwen3-8b), W.
+# Environment: MODELS (default qwen3-0.6b,qwen3-4b,qwen3-8b), W, MLX_GROUPS (the mlx step's group
+# sizes, default "64 32").
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
@@ -57,7 +58,7 @@ step_mlx() {
   . /tmp/lmx/env.sh
   local m g
   for m in ${MODELS//,/ }; do
-    for g in 64 32; do
+    for g in ${MLX_GROUPS:-64 32}; do
       [[ -f "$W/mlx/$m-4bit-g$g/config.json" ]] && continue
       python3 -m mlx_lm convert --hf-path "$W/hf/$m" --mlx-path "$W/mlx/$m-4bit-g$g" -q \
         --q-bits 4 --q-group-size "$g" || return 1

@@ -25,6 +25,7 @@
 #include "generate/generate.h"
 #include "generate/speculative.h"
 #include "lmx/lmx.h"
+#include "nn/rows_tier.h"
 #include "tokenizer/tokenizer.h"
 
 namespace lmx {
@@ -280,6 +281,7 @@ mx::array Scheduler::State::forward(const mx::array& tokens, const std::vector<R
     caches.reserve(batch.size());
     for (Row* r : batch) caches.push_back(&r->cache);
     Cache view = rows_view(caches, m.cpu_kernels());
+    nn::CudaRowsGuard cuda_rows(impl.loaded.cuda_kernels);
     return m(tokens, view);
   }
   std::vector<mx::array> out;

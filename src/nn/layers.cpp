@@ -11,7 +11,9 @@
 #include "kernels/cpu/qmm.h"
 #include "kernels/cuda/qmm.h"
 #include "kernels/cuda/routing.h"
+#include "kernels/cuda/rows_attention.h"
 #include "nn/adapter_router.h"
+#include "nn/rows_tier.h"
 
 namespace lmx::nn {
 
@@ -515,12 +517,30 @@ mx::array quantized_attention(const mx::array& q, const QuantizedArray& k, const
 
 namespace {
 
-// Tier L3, decode: every row on a plain cache, in one primitive (kernels/cpu/fused.h) that
-// writes each row's K/V into its cache and attends over it; nullopt where it does not apply.
+thread_local bool cuda_rows = false;
+
+}  // namespace
+
+CudaRowsGuard::CudaRowsGuard(bool on) : prev_(cuda_rows) { cuda_rows = on; }
+CudaRowsGuard::~CudaRowsGuard() { cuda_rows = prev_; }
+bool cuda_rows_kernel() { return cuda_rows; }
+
+namespace {
+
+// Tier L3, decode: every row on a plain cache, in one primitive (kernels/cpu/fused.h on the CPU,
+// kernels/cuda/rows_attention.h on the GPU) that writes each row's K/V into its cache and attends
+// over it; nullopt where it does not apply (other caches, masks, shapes: the per-row path).
 std::optional<mx::array> rows_kernel_attention(const mx::array& q, const mx::array& k,
                                                const mx::array& v, RowsKVCache& rows, float scale,
                                                const Mask& mask) {
-  if (!rows.cpu_kernels() || q.shape(2) != 1 || q.shape(3) > 256) return std::nullopt;
+  const bool cpu = rows.cpu_kernels(), cuda = !cpu && cuda_rows_kernel();
+  if (!(cpu || cuda) || q.shape(2) != 1) return std::nullopt;
+  const int H = k.shape(1), Dk = k.shape(3), Dv = v.shape(3);
+  if (Dk != Dv) return std::nullopt;
+  if (cpu && q.shape(3) > 256) return std::nullopt;
+  if (cuda && (k.dtype() != q.dtype() || v.dtype() != q.dtype() ||
+               !kernels::cuda::rows_attention_supports(q.dtype(), q.shape(3), q.shape(1), H)))
+    return std::nullopt;
   std::vector<KVCache*> plain;
   for (int b = 0; b < rows.size(); ++b) {
     auto* c = dynamic_cast<KVCache*>(&rows.row(b));
@@ -528,8 +548,6 @@ std::optional<mx::array> rows_kernel_attention(const mx::array& q, const mx::arr
       return std::nullopt;
     plain.push_back(c);
   }
-  const int H = k.shape(1), Dk = k.shape(3), Dv = v.shape(3);
-  if (Dk != Dv) return std::nullopt;
   std::vector<mx::array> keys, values;
   std::vector<int> offsets;
   std::vector<bool> in_place;
@@ -540,7 +558,9 @@ std::optional<mx::array> rows_kernel_attention(const mx::array& q, const mx::arr
     values.push_back(buf.values);
     in_place.push_back(buf.in_place);
   }
-  auto out = kernels::cpu::rows_decode_attention(q, k, v, keys, values, offsets, in_place, scale);
+  auto out =
+      cuda ? kernels::cuda::rows_decode_attention(q, k, v, keys, values, offsets, in_place, scale)
+           : kernels::cpu::rows_decode_attention(q, k, v, keys, values, offsets, in_place, scale);
   for (size_t b = 0; b < plain.size(); ++b) plain[b]->commit(out[1 + 2 * b], out[2 + 2 * b], 1);
   return out[0];
 }

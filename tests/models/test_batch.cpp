@@ -18,6 +18,8 @@
 #include "engine/model_impl.h"
 #include "generate/generate.h"
 #include "io/safetensors.h"
+#include "kernels/cuda/qmm.h"
+#include "kernels/cuda/rows_attention.h"
 #include "lmx/lmx.h"
 #include "test_util.h"
 
@@ -254,6 +256,56 @@ INSTANTIATE_TEST_SUITE_P(Rows, BatchRowsL3,
                          ::testing::Values("llama_f32_q4_g64", "qwen3_f32_q8_g64",
                                            "llama_f32_q4_rope_traditional",
                                            "gemma3_text_f32_q4_g64"),
+                         [](const auto& info) { return info.param; });
+
+// Tier L3 on the GPU (a CUDA build's default): batched decode steps run lmx's CUDA rows attention
+// kernel (kernels/cuda/rows_attention.h) over the rows' caches, a row alone runs MLX's attention;
+// the gate of BatchRowsL3. The rows are widths MLX's CUDA kernels take (`_a512_`, head_dim 64);
+// gemma3's sliding-window layers (rotating caches) keep the per-row path beside the kernel's
+// global layers. Tier L1 (--exact) never takes the kernel and stays exactly as alone. Without a
+// CUDA build on a GPU (CI) these skip, saying so.
+class BatchRowsGpuL3 : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(BatchRowsGpuL3, RowsAgreeWithAloneWithinTheGate) {
+  if (!kernels::cuda::available())
+    GTEST_SKIP() << "needs a CUDA build running on a GPU (the CUDA rows attention kernel); this "
+                    "build or machine has none";
+  const fs::path dir = model_dir(GetParam());
+  LanguageModel model = LanguageModel::load(dir);
+  ASSERT_NE(model.tier().find("L3"), std::string::npos) << model.tier();
+  std::vector<Case> cases = make_cases(row_vocab(dir), 8, 33);
+  std::vector<Tokens> want;
+  for (const Case& c : cases) want.push_back(alone(model, c));
+  const long long before = kernels::cuda::rows_attention_calls();
+  Scheduler s(model, {.max_batch = 3, .prefill_step_size = 8, .prompt_cache_entries = 0});
+  const std::vector<Outcome> got = batched(s, cases);
+  EXPECT_GT(kernels::cuda::rows_attention_calls(), before)
+      << "no batched decode step took the CUDA rows kernel";
+  expect_within_gate(got, want, GetParam());
+}
+
+TEST_P(BatchRowsGpuL3, ExactTierKeepsPerRowOpsAndTokens) {
+  if (!kernels::cuda::available())
+    GTEST_SKIP() << "needs a CUDA build running on a GPU (the CUDA rows attention kernel); this "
+                    "build or machine has none";
+  const fs::path dir = model_dir(GetParam());
+  LanguageModel model = LanguageModel::load(dir, {.exact = true});
+  std::vector<Case> cases = make_cases(row_vocab(dir), 8, 34);
+  std::vector<Tokens> want;
+  for (const Case& c : cases) want.push_back(alone(model, c));
+  const long long before = kernels::cuda::rows_attention_calls();
+  Scheduler s(model, {.max_batch = 3, .prefill_step_size = 8, .prompt_cache_entries = 0});
+  const std::vector<Outcome> got = batched(s, cases);
+  EXPECT_EQ(kernels::cuda::rows_attention_calls(), before) << "tier L1 took the CUDA rows kernel";
+  for (size_t i = 0; i < cases.size(); ++i) {
+    EXPECT_EQ(got[i].result.finish_reason, "length") << got[i].result.error;
+    EXPECT_EQ(got[i].tokens, want[i]) << GetParam() << " request " << i;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Rows, BatchRowsGpuL3,
+                         ::testing::Values("llama_a512_q4_g64", "qwen3_a512_q4_g64",
+                                           "gemma3_text_a512_q4_g64"),
                          [](const auto& info) { return info.param; });
 
 // Holds the scheduler's thread inside run() until released, so that the queue stands still.

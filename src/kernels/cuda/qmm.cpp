@@ -21,94 +21,29 @@
 #include <mlx/primitives.h>
 
 #include "kernels/cuda/qmv_fatbin.h"
+#include "kernels/cuda/runtime.h"
 #endif
 
 namespace lmx::kernels::cuda {
 
-namespace {
-
-// One line that calls qmv.cuh's lmx_qmv; bench/gpu/qmv_bench.py uses the same line. MLX passes
-// the shapes of x (..., K) and w (N, K * bits / 32) because the body names them, so x needs no
-// reshape (each reshape is one more graph node for the host to run per call).
-constexpr const char* kBody =
-    "lmx_qmv<T, BITS, GS, TT>(x, w, scales, biases, out, lmx_qmv_rows(x_shape, x_ndim), "
-    "w_shape[0], x_shape[x_ndim - 1]);";
-constexpr int kThreads = 256;  // 32 * qmv.cuh's LMX_QMV_WARPS
-constexpr int kFeatures = 16;  // output features per block
-
-const mx::fast::CustomKernelFunction& kernel() {
-  static const mx::fast::CustomKernelFunction k = mx::fast::cuda_kernel(
-      "lmx_qmv", {"x", "w", "scales", "biases"}, {"out"}, kBody, detail::kQmvSource,
-      /*ensure_row_contiguous=*/true);
-  return k;
-}
-
-int rows_of(const mx::array& x) {
-  return x.ndim() == 0 ? 0 : static_cast<int>(x.size() / x.shape(-1));
-}
-
-// LMX_CUDA_QMV_JIT=1: the kernel through mx::fast::cuda_kernel (NVRTC) instead of the primitive
-// below, for comparing the two in one benchmark call.
-[[maybe_unused]] bool use_jit() {
-  static const bool on = [] {
-    const char* v = std::getenv("LMX_CUDA_QMV_JIT");
-    const std::string s = v ? v : "0";
-    check(s == "0" || s == "1", "LMX_CUDA_QMV_JIT", "expected 0 or 1, got '", s, "'");
-    return s == "1";
-  }();
-  return on;
-}
-
 #if LMX_CUDA_BUILD
-// Tier L3's GEMV as an MLX primitive. mx::fast::cuda_kernel pays for the kernel's source text on
-// every call (MLX builds the whole source string when the op is made, and hashes it again in
-// eval_gpu to find the compiled module: about 9 KB twice per call, 253 calls per Qwen3-4B token),
-// which made whole decode host-bound. Here the kernels are compiled ahead of time (nvcc,
-// qmv_kernels.cu), loaded once, and a call costs what MLX's own kernels cost: one graph node.
+namespace {
+CUfunction function(int index);  // the qmv fat binary's, below
+}  // namespace
+
+namespace detail {
 
 void check_cu(CUresult r, const char* what) {
   if (r == CUDA_SUCCESS) return;
   const char* msg = nullptr;
   cuGetErrorString(r, &msg);
-  check(false, "cuda quantized_matmul", what, " failed, expected CUDA_SUCCESS, got ", int(r), " (",
+  check(false, "cuda kernels", what, " failed, expected CUDA_SUCCESS, got ", int(r), " (",
         msg ? msg : "unknown", ")");
 }
 
-// kernel index: dtype (bf16, f16) x bits (4, 8) x group size (32, 64, 128) x tiles (1, 2)
-int kernel_index(mx::Dtype t, int bits, int gs, int tt) {
-  const int g = gs == 32 ? 0 : gs == 64 ? 1 : 2;
-  return (((t == mx::float16 ? 1 : 0) * 2 + (bits == 8 ? 1 : 0)) * 3 + g) * 2 + (tt - 1);
-}
+namespace {
 
-// The fat binary's functions, loaded into the current (MLX's primary) context on first use.
-// Indices 24 and 25: lmx_dense_copy_2, lmx_dense_copy_4.
-CUfunction function(int index) {
-  static CUfunction fns[26] = {};
-  static std::once_flag once;
-  std::call_once(once, [] {
-    // bin2c's array has byte alignment; the loader reads the image as 8-byte words.
-    std::vector<unsigned long long> image((sizeof(lmx_qmv_fatbin) + 7) / 8);
-    std::memcpy(image.data(), lmx_qmv_fatbin, sizeof(lmx_qmv_fatbin));
-    CUmodule mod = nullptr;
-    check_cu(cuModuleLoadData(&mod, image.data()), "cuModuleLoadData(qmv fatbin)");
-    const char* types[2] = {"bf16", "f16"};
-    const int bitss[2] = {4, 8}, gss[3] = {32, 64, 128};
-    int i = 0;
-    for (auto* t : types)
-      for (int b : bitss)
-        for (int g : gss)
-          for (int tt = 1; tt <= 2; ++tt) {
-            const std::string name = std::string("lmx_qmv_") + t + "_" + std::to_string(b) + "_" +
-                                     std::to_string(g) + "_" + std::to_string(tt);
-            check_cu(cuModuleGetFunction(&fns[i++], mod, name.c_str()), name.c_str());
-          }
-    check_cu(cuModuleGetFunction(&fns[24], mod, "lmx_dense_copy_2"), "lmx_dense_copy_2");
-    check_cu(cuModuleGetFunction(&fns[25], mod, "lmx_dense_copy_4"), "lmx_dense_copy_4");
-  });
-  return fns[index];
-}
-
-// Device memory for the primitive's outputs. MLX's stream-ordered allocator is internal to
+// Device memory for the primitives' outputs. MLX's stream-ordered allocator is internal to
 // libmlx, so outputs come from this cache: a buffer returns here when its array dies, which MLX
 // delays until every kernel that used it has finished (eval keeps inputs alive to completion).
 // A buffer MLX moved to managed memory (a host read of the output) is freed instead.
@@ -166,22 +101,30 @@ OutputCache& output_cache() {
   return *c;
 }
 
+}  // namespace
+
+mx::allocator::Data device_buffer(size_t nbytes, int device, CUstream stream) {
+  return output_cache().get(nbytes, device, stream);
+}
+
+namespace {
+
 struct DenseStrides {
   long long shape[8];
   long long strides[8];
 };
 
-// x itself when row-contiguous, else a dense copy made on the encoder's stream (kept alive until
-// the graph completes).
+}  // namespace
+
 mx::array dense_input(const mx::array& x, mx::cu::CommandEncoder& enc) {
   if (x.flags().row_contiguous) return x;
   const int esize = static_cast<int>(x.itemsize());
-  check(x.ndim() <= 8 && (esize == 2 || esize == 4), "cuda quantized_matmul",
+  check(x.ndim() <= 8 && (esize == 2 || esize == 4), "cuda kernels",
         "expected a strided input of at most 8 dims and 2- or 4-byte elements, got ", x.ndim(),
         " dims of ", esize, " bytes");
   mx::array tmp(x.shape(), x.dtype(), nullptr, {});
   CUstream cs = enc.stream();
-  tmp.set_data(output_cache().get(tmp.nbytes(), enc.device().cuda_device(), cs));
+  tmp.set_data(device_buffer(tmp.nbytes(), enc.device().cuda_device(), cs));
   DenseStrides st{};
   for (int d = 0; d < static_cast<int>(x.ndim()); ++d) {
     st.shape[d] = x.shape(d);
@@ -199,6 +142,87 @@ mx::array dense_input(const mx::array& x, mx::cu::CommandEncoder& enc) {
                           dim3(256), dim3(), 0, params);
   enc.add_temporary(tmp);
   return tmp;
+}
+
+}  // namespace detail
+
+using detail::check_cu;
+using detail::dense_input;
+#endif
+
+namespace {
+
+// One line that calls qmv.cuh's lmx_qmv; bench/gpu/qmv_bench.py uses the same line. MLX passes
+// the shapes of x (..., K) and w (N, K * bits / 32) because the body names them, so x needs no
+// reshape (each reshape is one more graph node for the host to run per call).
+constexpr const char* kBody =
+    "lmx_qmv<T, BITS, GS, TT>(x, w, scales, biases, out, lmx_qmv_rows(x_shape, x_ndim), "
+    "w_shape[0], x_shape[x_ndim - 1]);";
+constexpr int kThreads = 256;  // 32 * qmv.cuh's LMX_QMV_WARPS
+constexpr int kFeatures = 16;  // output features per block
+
+const mx::fast::CustomKernelFunction& kernel() {
+  static const mx::fast::CustomKernelFunction k = mx::fast::cuda_kernel(
+      "lmx_qmv", {"x", "w", "scales", "biases"}, {"out"}, kBody, detail::kQmvSource,
+      /*ensure_row_contiguous=*/true);
+  return k;
+}
+
+int rows_of(const mx::array& x) {
+  return x.ndim() == 0 ? 0 : static_cast<int>(x.size() / x.shape(-1));
+}
+
+// LMX_CUDA_QMV_JIT=1: the kernel through mx::fast::cuda_kernel (NVRTC) instead of the primitive
+// below, for comparing the two in one benchmark call.
+[[maybe_unused]] bool use_jit() {
+  static const bool on = [] {
+    const char* v = std::getenv("LMX_CUDA_QMV_JIT");
+    const std::string s = v ? v : "0";
+    check(s == "0" || s == "1", "LMX_CUDA_QMV_JIT", "expected 0 or 1, got '", s, "'");
+    return s == "1";
+  }();
+  return on;
+}
+
+#if LMX_CUDA_BUILD
+// Tier L3's GEMV as an MLX primitive. mx::fast::cuda_kernel pays for the kernel's source text on
+// every call (MLX builds the whole source string when the op is made, and hashes it again in
+// eval_gpu to find the compiled module: about 9 KB twice per call, 253 calls per Qwen3-4B token),
+// which made whole decode host-bound. Here the kernels are compiled ahead of time (nvcc,
+// qmv_kernels.cu), loaded once, and a call costs what MLX's own kernels cost: one graph node.
+
+// kernel index: dtype (bf16, f16) x bits (4, 8) x group size (32, 64, 128) x tiles (1, 2)
+int kernel_index(mx::Dtype t, int bits, int gs, int tt) {
+  const int g = gs == 32 ? 0 : gs == 64 ? 1 : 2;
+  return (((t == mx::float16 ? 1 : 0) * 2 + (bits == 8 ? 1 : 0)) * 3 + g) * 2 + (tt - 1);
+}
+
+// The fat binary's functions, loaded into the current (MLX's primary) context on first use.
+// Indices 24 and 25: lmx_dense_copy_2, lmx_dense_copy_4.
+CUfunction function(int index) {
+  static CUfunction fns[26] = {};
+  static std::once_flag once;
+  std::call_once(once, [] {
+    // bin2c's array has byte alignment; the loader reads the image as 8-byte words.
+    std::vector<unsigned long long> image((sizeof(lmx_qmv_fatbin) + 7) / 8);
+    std::memcpy(image.data(), lmx_qmv_fatbin, sizeof(lmx_qmv_fatbin));
+    CUmodule mod = nullptr;
+    check_cu(cuModuleLoadData(&mod, image.data()), "cuModuleLoadData(qmv fatbin)");
+    const char* types[2] = {"bf16", "f16"};
+    const int bitss[2] = {4, 8}, gss[3] = {32, 64, 128};
+    int i = 0;
+    for (auto* t : types)
+      for (int b : bitss)
+        for (int g : gss)
+          for (int tt = 1; tt <= 2; ++tt) {
+            const std::string name = std::string("lmx_qmv_") + t + "_" + std::to_string(b) + "_" +
+                                     std::to_string(g) + "_" + std::to_string(tt);
+            check_cu(cuModuleGetFunction(&fns[i++], mod, name.c_str()), name.c_str());
+          }
+    check_cu(cuModuleGetFunction(&fns[24], mod, "lmx_dense_copy_2"), "lmx_dense_copy_2");
+    check_cu(cuModuleGetFunction(&fns[25], mod, "lmx_dense_copy_4"), "lmx_dense_copy_4");
+  });
+  return fns[index];
 }
 
 class Qmv : public mx::UnaryPrimitive {
@@ -220,7 +244,7 @@ class Qmv : public mx::UnaryPrimitive {
     const mx::array& s = inputs[2];
     const mx::array& b = inputs[3];
     CUstream cs = enc.stream();
-    out.set_data(output_cache().get(out.nbytes(), enc.device().cuda_device(), cs));
+    out.set_data(detail::device_buffer(out.nbytes(), enc.device().cuda_device(), cs));
     if (prefill_) {
       // For tests: stream-ordered before the graph that holds the kernel.
       const float v = *prefill_;
