@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPU machine, after scripts/gpu/unpack.sh: continuous batching on CUDA (docs/batching.md).
 #   bench/gpu/batch.sh test DATA   the rows attention kernel against per-row MLX ops
-#                                  (lmx_tests_unit GpuRowsAttention.*) and the batched-vs-alone
+#                                  (lmx_tests_models GpuRowsAttention.*) and the batched-vs-alone
 #                                  gates on tiny models (lmx_tests_models Rows/BatchRowsGpuL3.*);
 #                                  DATA holds parity/<row>/ (config + weights, made here by
 #                                  scripts/gen_tiny_models.py: fixed seeds) and the tokenizer of
@@ -15,7 +15,7 @@ set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
 . "${LMX_GPU_PREFIX:-/tmp/lmx}/env.sh" || { echo "batch: run scripts/gpu/unpack.sh first" >&2; exit 1; }
-export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
+export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 LMX_CUDA_ROWS=1  # the rows kernel is opt-in until these gates pass
 out="${OUT:-/tmp/batch}"
 mkdir -p "$out"
 LEVELS="${LEVELS:-1,8,32,64}"
@@ -30,7 +30,7 @@ test_() {
   export LMX_TEST_DATA="${LMX_TEST_DATA:-/tmp/testdata}"
   mkdir -p "$LMX_TEST_DATA"
   cp -r "$data"/. "$LMX_TEST_DATA"/
-  timeout 300 lmx_tests_unit --gtest_filter='GpuRowsAttention.*' >"$out/test-unit-rows.log" 2>&1
+  timeout 300 lmx_tests_models --gtest_filter='GpuRowsAttention.*' >"$out/test-unit-rows.log" 2>&1
   rc=$?; ((rc)) && status=1
   echo "batch: unit GpuRowsAttention rc=$rc $(counts "$out/test-unit-rows.log") ($((SECONDS - t0)) s)"
   grep -B2 -A6 'Failure' "$out/test-unit-rows.log" | cut -c1-240 | head -n 40

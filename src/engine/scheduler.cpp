@@ -23,6 +23,7 @@
 #include "engine/memory.h"
 #include "engine/model_impl.h"
 #include "generate/generate.h"
+#include "kernels/cuda/routing.h"
 #include "generate/speculative.h"
 #include "lmx/lmx.h"
 #include "nn/rows_tier.h"
@@ -281,7 +282,7 @@ mx::array Scheduler::State::forward(const mx::array& tokens, const std::vector<R
     caches.reserve(batch.size());
     for (Row* r : batch) caches.push_back(&r->cache);
     Cache view = rows_view(caches, m.cpu_kernels());
-    nn::CudaRowsGuard cuda_rows(impl.loaded.cuda_kernels);
+    nn::CudaRowsGuard cuda_rows(impl.loaded.cuda_kernels && kernels::cuda::rows_routed());
     return m(tokens, view);
   }
   std::vector<mx::array> out;

@@ -326,6 +326,14 @@ bool supports(int bits, int group_size, const std::string& mode, mx::Dtype scale
 
 bool routed(int bits, int group_size) { return group_size != 32; }
 
+bool rows_routed() {
+  static const bool on = [] {
+    const char* s = std::getenv("LMX_CUDA_ROWS");
+    return s != nullptr && std::string(s) == "1";
+  }();
+  return on;
+}
+
 bool takes_kernel(const mx::array& x, const mx::array& w, const mx::array& scales,
                   const QmmOptions& opt) {
   if (x.ndim() < 1 || w.ndim() != 2) return false;
