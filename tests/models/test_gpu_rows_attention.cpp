@@ -124,11 +124,13 @@ TEST(GpuRowsAttention, MatchesPerRowOpsAcrossShapesAndDtypes) {
        1e-2},
       // GQA 3 (one head a block), a long row split over blocks.
       {mx::float16, 64, 12, 4, {3, 700, 64}, {1024, 1024, 256}, {true, true, false}, 2e-3},
-      {mx::float32, 256, 8, 4, {5, 300}, {256, 512}, {false, true}, 1e-4},
+      // float32: the reference's matmuls run on cuBLAS in TF32 on the GPU (MLX_ENABLE_TF32, on
+      // by default), ~1e-3 relative; on an H100 this row measured 1.9e-4 and 4.0e-4 against it.
+      {mx::float32, 256, 8, 4, {5, 300}, {256, 512}, {false, true}, 2e-3},
       // One row, 3000 positions: many splits.
       {mx::bfloat16, 128, 16, 8, {3000}, {3072}, {true}, 1e-2},
       {mx::float16, 128, 32, 8, {17, 90}, {256, 256}, {true, true}, 2e-3},
-      {mx::float32, 64, 4, 4, {0, 9}, {256, 256}, {true, false}, 1e-4},
+      {mx::float32, 64, 4, 4, {0, 9}, {256, 256}, {true, false}, 2e-3},
   };
   uint64_t seed = 11;
   for (const Case& c : cases) run_case(c, seed += 10);

@@ -9,8 +9,8 @@ namespace lmx::kernels::cuda {
 bool routed(int bits, int group_size);
 
 // The rows decode attention kernel (rows_attention.h) in batched decode steps of tier L3: only
-// with LMX_CUDA_ROWS=1 until its device gates (GpuRowsAttention.*, Rows/BatchRowsGpuL3.*) have
-// passed on a GPU; it has not run on one yet (docs/gpu.md).
+// with LMX_CUDA_ROWS=1 until a benchmark shows it faster than the per-row path (its gates passed
+// on an H100 on tiny rows; its speed is not measured yet: docs/gpu.md).
 bool rows_routed();
 
 }  // namespace lmx::kernels::cuda
