@@ -7,6 +7,7 @@
 #include "core/json.h"
 #include "io/safetensors.h"
 #include "lmx/lmx.h"
+#include "nn/rope_config.h"
 
 namespace lmx {
 
@@ -59,16 +60,7 @@ DFlashConfig parse_config(const json& c, const std::string& source) {
   check(!v.get<bool>("attention_bias", false), source,
         "attention_bias is true, expected false (the Qwen3 drafters have no projection biases)");
 
-  std::optional<float> theta = v.get_opt<float>("rope_theta");
-  json scaling = v.has("rope_scaling") ? c["rope_scaling"] : json();
-  if (v.has("rope_parameters") && c["rope_parameters"].is_object()) {
-    const json& rp = c["rope_parameters"];
-    if (!theta && rp.contains("rope_theta")) theta = rp["rope_theta"].get<float>();
-    if (scaling.is_null()) scaling = rp;
-  }
-  check(theta.has_value(), source, "missing required key 'rope_theta'");
-  o.rope = nn::make_rope(o.head_dim, *theta, false, scaling,
-                         v.get_opt<int>("max_position_embeddings"), source);
+  o.rope = nn::rope_from_config(v, o.head_dim, v.get_opt<int>("max_position_embeddings"));
   return o;
 }
 

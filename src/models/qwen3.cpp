@@ -1,5 +1,6 @@
 // Qwen3 (and Qwen3-Embedding): mlx_lm/models/qwen3.py. Per-head RMSNorm on q and k before RoPE;
 // head_dim is explicit and independent of hidden_size / heads.
+#include "nn/rope_config.h"
 #include "nn/transformer.h"
 
 namespace lmx {
@@ -15,16 +16,7 @@ nn::DecoderOptions parse_args(const json& c) {
   a.head_dim = v.get<int>("head_dim");
   o.tie_word_embeddings = v.get<bool>("tie_word_embeddings");
   a.qk_norm_eps = o.rms_norm_eps;
-  // transformers >= 5 nests rope_theta and rope_scaling under rope_parameters.
-  std::optional<float> theta = v.get_opt<float>("rope_theta");
-  json scaling = v.has("rope_scaling") ? c["rope_scaling"] : json();
-  if (v.has("rope_parameters") && c["rope_parameters"].is_object()) {
-    const json& rp = c["rope_parameters"];
-    if (!theta && rp.contains("rope_theta")) theta = rp["rope_theta"].get<float>();
-    if (scaling.is_null()) scaling = rp;
-  }
-  check(theta.has_value(), kSource, "rope_theta is missing from the model config");
-  a.rope = nn::make_rope(a.head_dim, *theta, false, scaling, max_pos, kSource);
+  a.rope = nn::rope_from_config(v, a.head_dim, max_pos);
   return o;
 }
 

@@ -16,7 +16,7 @@ void Histogram::observe(double v) {
 namespace {
 
 Histogram histogram(std::vector<double> bounds) {
-  Histogram h{std::move(bounds)};
+  Histogram h{std::move(bounds), {}};
   h.counts.assign(h.bounds.size() + 1, 0);
   return h;
 }

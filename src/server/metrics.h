@@ -16,8 +16,8 @@
 namespace lmx::server {
 
 struct Histogram {
-  std::vector<double> bounds;  // upper bounds, ascending; +Inf is implied
-  std::vector<uint64_t> counts = std::vector<uint64_t>(bounds.size() + 1, 0);  // not cumulative
+  std::vector<double> bounds;    // upper bounds, ascending; +Inf is implied
+  std::vector<uint64_t> counts;  // one per bound and +Inf; not cumulative
   double sum = 0;
   uint64_t total = 0;
   void observe(double v);

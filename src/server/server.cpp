@@ -386,7 +386,6 @@ std::shared_ptr<Context> make_context(const ServerOptions& o, const ModelSpec& s
     ctx->options.adapter_path.reset();
     ctx->options.adapters.clear();
     ctx->options.draft_model.reset();
-    ctx->options.prompt_lookup = o.prompt_lookup;
   }
   eo.scheduler = o.scheduler;
   eo.scheduler.prompt_cache_entries = o.prompt_cache_entries;
