@@ -6,11 +6,13 @@
 #                                  DATA holds parity/<row>/ (config + weights, made here by
 #                                  scripts/gen_tiny_models.py: fixed seeds) and the tokenizer of
 #                                  smollm2-135m-instruct-4bit/, copied into $LMX_TEST_DATA
-#   bench/gpu/batch.sh bench M...  per model dir: lmx bench --concurrency $LEVELS in tier L3 and
-#                                  L1 (--exact), then mlx-lm's batch_generate
-#                                  (mlx_lm_bench.py), one after the other in this call
+#   bench/gpu/batch.sh bench M...  per model dir: lmx bench --concurrency $LEVELS in each of
+#                                  $TIERS (l3rows: L3 with the rows attention kernel; l3: L3 with
+#                                  per-row MLX attention, LMX_CUDA_ROWS=0; l1: --exact), then
+#                                  mlx-lm's batch_generate (mlx_lm_bench.py), one after the other
 # Logs and JSON lines go to $OUT (or /tmp/batch). Environment: LEVELS (default 1,8,32,64),
-# PROMPT / GEN (default 128 / 128), STEP_TIMEOUT (seconds a runtime, default 200).
+# PROMPT / GEN (default 128 / 128), STEP_TIMEOUT (seconds a runtime, default 200), TIERS (default
+# "l3rows l3 l1").
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
@@ -22,6 +24,7 @@ LEVELS="${LEVELS:-1,8,32,64}"
 PROMPT="${PROMPT:-128}"
 GEN="${GEN:-128}"
 STEP_TIMEOUT="${STEP_TIMEOUT:-200}"
+TIERS="${TIERS:-l3rows l3 l1}"
 t0=$SECONDS
 counts() { grep -E '^\[  PASSED  \]|^\[  FAILED  \] [0-9]+ test|^\[  SKIPPED \] [0-9]+ test' "$1" | tr '\n' ' '; }
 
@@ -45,10 +48,11 @@ bench() {
   local m name
   for m in "$@"; do
     name="$(basename "$m")"
-    for tier in l3 l1; do
-      local flags=()
+    for tier in $TIERS; do
+      local flags=() rows=1
       [[ $tier == l1 ]] && flags=(--exact)
-      timeout "$STEP_TIMEOUT" lmx bench "$m" "${flags[@]}" --concurrency "$LEVELS" \
+      [[ $tier == l3 ]] && rows=0
+      LMX_CUDA_ROWS=$rows timeout "$STEP_TIMEOUT" lmx bench "$m" "${flags[@]}" --concurrency "$LEVELS" \
         --prompt-tokens "$PROMPT" --gen-tokens "$GEN" --json \
         >"$out/batch-$name-lmx-$tier.jsonl" 2>>"$out/batch-$name.log"
       echo "batch: $name lmx $tier rc=$? ($((SECONDS - t0)) s)"
@@ -64,14 +68,15 @@ out, name = pathlib.Path(sys.argv[1]), sys.argv[2]
 def rows(f):
     p = out / f
     return [json.loads(l) for l in p.read_text().splitlines() if l.startswith("{")] if p.exists() else []
-l3 = {r["concurrency"]: r for r in rows(f"batch-{name}-lmx-l3.jsonl")}
-l1 = {r["concurrency"]: r for r in rows(f"batch-{name}-lmx-l1.jsonl")}
+tiers = ["l3rows", "l3", "l1"]
+lmx = {t: {r["concurrency"]: r for r in rows(f"batch-{name}-lmx-{t}.jsonl")} for t in tiers}
 ml = {r["batch"]: r for r in rows(f"batch-{name}-mlx-lm.jsonl")}
-print(f"{name}: streams | L3 aggregate / per-stream tok/s | L1 aggregate / per-stream | mlx-lm")
-for n in sorted(set(l3) | set(l1) | set(ml)):
+print(f"{name}: streams | " + " | ".join(f"{t} aggregate / per-stream tok/s" for t in tiers)
+      + " | mlx-lm")
+for n in sorted(set(ml).union(*lmx.values())):
     f = lambda d, k: f"{d[n][k]:.1f}" if n in d else "-"
-    print(f"  {n:3d} | {f(l3, 'aggregate_tps')} / {f(l3, 'per_stream_tps')} | "
-          f"{f(l1, 'aggregate_tps')} / {f(l1, 'per_stream_tps')} | {f(ml, 'generation_tps')}")
+    cells = [f"{f(lmx[t], 'aggregate_tps')} / {f(lmx[t], 'per_stream_tps')}" for t in tiers]
+    print(f"  {n:3d} | " + " | ".join(cells) + f" | {f(ml, 'generation_tps')}")
 EOF
   done
 }

@@ -55,6 +55,16 @@ constexpr DtypeName kDtypes[] = {
 
 constexpr size_t kMaxHeader = 100'000'000;
 
+// Drops the resident pages wholly inside [offset, offset + n) of a read-only private mapping
+// (they are read again from the file if touched), for ranges already copied out. Advice only: a
+// failure leaves the pages resident, which is correct, just larger.
+void release_pages(const MappedFile& file, size_t offset, size_t n) {
+  static const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  const size_t begin = (offset + page - 1) / page * page;
+  const size_t end = std::min(offset + n, file.size()) / page * page;
+  if (end > begin) ::madvise(const_cast<uint8_t*>(file.data()) + begin, end - begin, MADV_DONTNEED);
+}
+
 }  // namespace
 
 std::string dtype_name(mx::Dtype dtype) {
@@ -142,12 +152,15 @@ Weights load_safetensors(const fs::path& path, Metadata* metadata) {
   Weights out;
   for (const auto& t : h.tensors) {
     void* ptr = const_cast<uint8_t*>(file->data() + t.offset);
-    // MLX uses the pointer directly where its allocator can wrap it, else copies; the deleter
-    // keeps the mapping alive either way.
+    // MLX uses the pointer directly where its allocator can wrap it, else copies now (its CPU
+    // allocator always does); the deleter keeps the mapping alive either way. A copied tensor's
+    // pages are dropped at once, so a load peaks at one copy of the weights, not two.
     if (t.nbytes == 0) {
       out.emplace(t.name, mx::zeros(t.shape, t.dtype));
     } else {
-      out.emplace(t.name, mx::array(ptr, t.shape, t.dtype, [file](void*) {}));
+      mx::array a(ptr, t.shape, t.dtype, [file](void*) {});
+      if (a.data<uint8_t>() != ptr) release_pages(*file, t.offset, t.nbytes);
+      out.emplace(t.name, std::move(a));
     }
   }
   return out;
