@@ -201,7 +201,40 @@ mx::array SpeculativeGenerator::log_probs(const Model& m, const mx::array& logit
                          : mx::subtract(logits, mx::logsumexp(logits, -1, /*keepdims=*/true));
 }
 
+void SpeculativeGenerator::plain_steps() {
+  const int steps = std::min({pause_, opt_.num_draft_tokens + 1, opt_.max_tokens - n_});
+  const bool greedy = opt_.sampler.temp == 0;
+  mx::array in = int_array({y_});
+  std::vector<mx::array> tokens, lps, states;
+  for (int i = 0; i < steps; ++i) {
+    mx::array st{0.0f};
+    mx::array logits = drafter_.dflash ? tapped_forward(mx::expand_dims(in, 0), &st)
+                                       : model_(mx::expand_dims(in, 0), cache_);
+    maybe_quantize_kv_cache(cache_, opt_);
+    const int V = logits.shape(2);
+    mx::array lp = log_probs(model_, mx::reshape(logits, {1, V}));
+    mx::array t = mx::astype(greedy ? mx::argmax(lp, -1) : sample(lp, opt_.sampler), mx::int32);
+    mx::async_eval(t);
+    tokens.push_back(t);
+    lps.push_back(lp);
+    if (drafter_.dflash) states.push_back(st);
+    in = t;
+  }
+  for (int i = 0; i < steps; ++i) {
+    const int tok = to_host(tokens[i])[0];
+    ready_.push_back(Step{tok, mx::reshape(lps[i], {lps[i].shape(1)})});
+    history_.push_back(tok);
+    // What the drafters have not seen waits for their next drafting round.
+    if (drafter_.model) draft_pending_.push_back(tok);
+    if (drafter_.dflash) dflash_context_.push_back(states[i]);
+    y_ = tok;
+  }
+  stats_.speculative.rounds += steps;
+  pause_ -= steps;
+}
+
 void SpeculativeGenerator::round() {
+  if (pause_ > 0) return plain_steps();
   const int budget = std::min(opt_.num_draft_tokens, opt_.max_tokens - n_);
   const bool greedy = opt_.sampler.temp == 0;
   int k = 0, draft_fed = 0;
@@ -343,6 +376,18 @@ void SpeculativeGenerator::round() {
     }
   }
   y_ = token;
+
+  if (!drafter_.backoff) return;
+  if (k > 0 && n == 0) {
+    if (++dry_ >= Drafter::kDryRounds) {
+      pause_ = next_pause_;
+      next_pause_ = std::min(2 * next_pause_, Drafter::kMaxPause);
+      dry_ = 0;
+    }
+  } else if (n > 0) {
+    dry_ = 0;
+    next_pause_ = Drafter::kFirstPause;
+  }
 }
 
 std::optional<Step> SpeculativeGenerator::next() {

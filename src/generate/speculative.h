@@ -20,6 +20,13 @@ struct Drafter {
   Model* model = nullptr;  // same vocabulary as the target; its cache is the generator's own
   int prompt_lookup = 0;   // without a model: the longest n-gram matched (> 0)
   const DFlashDrafter* dflash = nullptr;  // made for this target (generate/dflash.h)
+  // Back off when proposals stop being accepted: after kDryRounds rounds in a row that kept no
+  // proposal, decode plainly for a pause that starts at kFirstPause tokens and doubles with each
+  // further back-off (up to kMaxPause), run as pipelined plain steps; a round that keeps a
+  // proposal resets it. Off: every round drafts (mlx-lm's speculative_generate_step, whose
+  // acceptance counts the tests compare).
+  bool backoff = true;
+  static constexpr int kDryRounds = 2, kFirstPause = 16, kMaxPause = 256;
 };
 
 // Up to `k` tokens that followed the latest earlier occurrence of the last n-gram of `tokens`,
@@ -63,6 +70,8 @@ class SpeculativeGenerator {
 
  private:
   void round();
+  // Backed off: up to K + 1 plain steps, each fed the previous one's lazy token, read at once.
+  void plain_steps();
   mx::array log_probs(const Model& m, const mx::array& logits) const;
   void rollback_draft(int fed, int trim, const std::vector<int>& accepted);
   // DFlash: the target forward with the tap set; the fused tapped states (1, L, taps * hidden)
@@ -80,6 +89,9 @@ class SpeculativeGenerator {
   HiddenTap tap_;                          // DFlash: the target layers the drafter reads
   std::vector<mx::array> dflash_context_;  // DFlash: committed states not yet in its cache
   std::deque<Step> ready_;
+  int dry_ = 0;                            // back-off: rounds in a row that kept no proposal
+  int pause_ = 0;                          // back-off: plain rounds left
+  int next_pause_ = Drafter::kFirstPause;  // back-off: the next pause's length
   int n_ = 0;
   bool started_ = false;
   GenerationStats stats_;

@@ -55,11 +55,14 @@ std::vector<int> plain_tokens(Model& m, const std::vector<int>& prompt, Generate
 }
 
 std::vector<int> spec_tokens(Model& m, Model* draft, const std::vector<int>& prompt,
-                             const GenerateOptions& o, GenerationStats* stats = nullptr) {
+                             const GenerateOptions& o, GenerationStats* stats = nullptr,
+                             bool backoff = true) {
   Cache cache = m.make_cache();
   std::vector<int> out;
-  GenerationStats st = speculative_generate(
-      m, cache, {}, prompt, o, Drafter{draft, draft ? 0 : o.prompt_lookup}, {}, [&](const Step& s) {
+  Drafter drafter{draft, draft ? 0 : o.prompt_lookup};
+  drafter.backoff = backoff;
+  GenerationStats st =
+      speculative_generate(m, cache, {}, prompt, o, drafter, {}, [&](const Step& s) {
         out.push_back(s.token);
         return true;
       });
@@ -181,12 +184,49 @@ TEST(Speculative, MatchesMlxLmDraftModel) {
     }
     const std::vector<int> prompt = row.at("prompt").get<std::vector<int>>();
     GenerationStats st;
-    const std::vector<int> got = spec_tokens(*target.model, draft.model.get(), prompt, o, &st);
+    // mlx-lm drafts every round: its acceptance count is comparable without the back-off.
+    const std::vector<int> got =
+        spec_tokens(*target.model, draft.model.get(), prompt, o, &st, /*backoff=*/false);
     const std::string where = pair + " K=" + std::to_string(o.num_draft_tokens);
     EXPECT_EQ(got, row.at("tokens").get<std::vector<int>>()) << where;
     EXPECT_EQ(got, row.at("plain_tokens").get<std::vector<int>>()) << where;
     EXPECT_EQ(st.speculative.accepted, row.at("accepted").get<int>()) << where;
   }
+}
+
+// A draft of unrelated random weights (the same vocabulary) almost never agrees with the target.
+// Drafting every round then costs K draft forwards and a K + 1 position verification per token;
+// with the back-off the stream drafts a few rounds, then decodes plainly for growing pauses.
+TEST(Speculative, BacksOffWhenNothingIsAccepted) {
+  LoadedWeights target = load_model(spec_dir("llama/target"), {.exact = true});
+  LoadedWeights draft = load_model(spec_dir("../parity/llama_untied"), {.exact = true});
+  const std::vector<int> prompt = random_prompt(20, 256, 17);
+  GenerateOptions o;
+  o.max_tokens = 200;
+  o.num_draft_tokens = 3;
+  const std::vector<int> want = plain_tokens(*target.model, prompt, o);
+  GenerationStats always, backed;
+  const std::vector<int> a =
+      spec_tokens(*target.model, draft.model.get(), prompt, o, &always, /*backoff=*/false);
+  const std::vector<int> b = spec_tokens(*target.model, draft.model.get(), prompt, o, &backed);
+  EXPECT_EQ(a, want);
+  EXPECT_EQ(b, want);
+  // The row is dry: without the back-off nearly every proposal is rejected.
+  EXPECT_LT(always.speculative.acceptance_rate(), 0.1);
+  EXPECT_GE(always.speculative.drafted, 3 * 150);
+  // Pauses of 16, 32, 64, ... plain tokens after every two dry rounds: at most ~5 back-offs.
+  EXPECT_LE(backed.speculative.drafted, 3 * 2 * 6) << backed.speculative.drafted;
+  EXPECT_GT(backed.speculative.drafted, 0);
+  EXPECT_EQ(backed.generation_tokens, o.max_tokens);
+
+  // Sampled: the back-off follows the counts only, so a seeded run repeats.
+  o.sampler.temp = 0.8f;
+  o.seed = 3;
+  GenerationStats s1;
+  const std::vector<int> c = spec_tokens(*target.model, draft.model.get(), prompt, o, &s1);
+  EXPECT_EQ(c, spec_tokens(*target.model, draft.model.get(), prompt, o));
+  EXPECT_EQ(c.size(), 200u);
+  EXPECT_LE(s1.speculative.drafted, 3 * 2 * 6 + 3 * 8) << s1.speculative.drafted;
 }
 
 // The output distribution of one position, enumerated: the draft proposes d with q(d), keeps it
