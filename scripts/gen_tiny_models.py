@@ -345,6 +345,7 @@ def row(
     tiers=True,
     hf_experts=False,
     openai_layout=False,
+    infer_modes=False,
     **overrides,
 ):
     """One model + run. quant: None, or dict(bits, group_size[, recipe]). kv: None, or
@@ -355,7 +356,9 @@ def row(
     tests/models/test_tiers.cpp gates this row (float32/float16 quantized rows only).
     hf_experts: save float MoE experts one tensor per expert as Hugging Face checkpoints do
     (mlp.experts.<e>.<proj>.weight), so the loaders' sanitize must stack them. openai_layout:
-    save gpt-oss's MXFP4 experts as OpenAI's checkpoints hold them (see to_openai_layout)."""
+    save gpt-oss's MXFP4 experts as OpenAI's checkpoints hold them (see to_openai_layout).
+    infer_modes: drop the quantization block's per-module entries, so that loaders infer each
+    module's bits, group size and mode from its tensors (mlx-lm's infer_quant_config)."""
     return dict(
         name=name,
         config=dict(config, **overrides),
@@ -370,6 +373,7 @@ def row(
         tiers=tiers,
         hf_experts=hf_experts,
         openai_layout=openai_layout,
+        infer_modes=infer_modes,
     )
 
 
@@ -548,6 +552,10 @@ ROWS = [
     row("gpt_oss_mxfp4", GPT_OSS, 30, 8, quant=q(4, 32, mode="mxfp4")),
     row("gpt_oss_sorted_mxfp4", GPT_OSS, 41, 2048, quant=q(4, 32, mode="mxfp4")),
     row("gpt_oss_q4_g64", GPT_OSS, 30, 8, quant=q(4)),
+    # the router's 8-bit affine entry dropped from config.json: its mode is inferred (float
+    # scales) beside the mxfp4 default
+    row("gpt_oss_mxfp4_inferred_router", GPT_OSS, 21, 8, quant=q(4, 32, mode="mxfp4"),
+        infer_modes=True),
     # OpenAI's checkpoint layout (gate_up_proj_blocks ...), sanitized at load
     row("gpt_oss_openai_mxfp4", GPT_OSS, 30, 8, quant=q(4, 32, recipe="experts_only",
         mode="mxfp4"), openai_layout=True),
@@ -675,6 +683,9 @@ def write_model(r, out):
         unstack_experts(out)
     if r["openai_layout"]:
         config = to_openai_layout(out, config)
+    if r["infer_modes"]:
+        for key in ("quantization", "quantization_config"):
+            config[key] = {k: v for k, v in config[key].items() if not isinstance(v, dict)}
     save_config(config, out / "config.json")
     if r["kv_config"] is not None:
         (out / "kv_config.json").write_text(json.dumps(r["kv_config"], indent=1) + "\n")
