@@ -305,6 +305,30 @@ GLM4 = dict(
     rope_theta=10000.0,
     max_position_embeddings=256,
 )
+# gpt-oss: layers [s, f, s, f] (window 8 < the 30-token prompts, so the rings wrap), attention
+# sinks, 2 of 4 biased experts with the clamped SwiGLU, YaRN as the released models configure it.
+GPT_OSS = dict(
+    model_type="gpt_oss",
+    hidden_size=64,
+    num_hidden_layers=4,
+    intermediate_size=64,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=32,
+    num_local_experts=4,
+    num_experts_per_tok=2,
+    sliding_window=8,
+    layer_types=["sliding_attention", "full_attention"] * 2,
+    rms_norm_eps=1e-5,
+    vocab_size=320,
+    rope_theta=150000,
+    rope_scaling={"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0,
+                  "truncate": False, "original_max_position_embeddings": 64},
+    max_position_embeddings=512,
+    swiglu_limit=7.0,
+    attention_bias=True,
+    tie_word_embeddings=False,
+)
 
 
 def row(
@@ -320,6 +344,8 @@ def row(
     decode=DECODE_STEPS,
     tiers=True,
     hf_experts=False,
+    openai_layout=False,
+    infer_modes=False,
     **overrides,
 ):
     """One model + run. quant: None, or dict(bits, group_size[, recipe]). kv: None, or
@@ -329,7 +355,10 @@ def row(
     model's kv_config.json. decode: greedy steps after the prompt. tiers: whether
     tests/models/test_tiers.cpp gates this row (float32/float16 quantized rows only).
     hf_experts: save float MoE experts one tensor per expert as Hugging Face checkpoints do
-    (mlp.experts.<e>.<proj>.weight), so the loaders' sanitize must stack them."""
+    (mlp.experts.<e>.<proj>.weight), so the loaders' sanitize must stack them. openai_layout:
+    save gpt-oss's MXFP4 experts as OpenAI's checkpoints hold them (see to_openai_layout).
+    infer_modes: drop the quantization block's per-module entries, so that loaders infer each
+    module's bits, group size and mode from its tensors (mlx-lm's infer_quant_config)."""
     return dict(
         name=name,
         config=dict(config, **overrides),
@@ -343,11 +372,15 @@ def row(
         prefill_step=prefill_step,
         tiers=tiers,
         hf_experts=hf_experts,
+        openai_layout=openai_layout,
+        infer_modes=infer_modes,
     )
 
 
-def q(bits, group_size=64, recipe=None):
-    return dict(bits=bits, group_size=group_size, recipe=recipe)
+def q(bits, group_size=64, recipe=None, mode=None):
+    """mode: MLX's quantization mode (None = affine); mlx-lm then applies the model's own
+    quant_predicate (gpt-oss keeps its router at 8-bit affine)."""
+    return dict(bits=bits, group_size=group_size, recipe=recipe, mode=mode)
 
 
 def kv(bits, group_size=64, start=0):
@@ -511,6 +544,22 @@ ROWS = [
     row("qwen3_moe_f32", QWEN3_MOE, 30, 8, dtype="float32", hf_experts=True),
     row("qwen3_moe_sorted_q4_g64", QWEN3_MOE, 41, 2048, quant=q(4), norm_topk_prob=False,
         decoder_sparse_step=2, mlp_only_layers=[], tie_word_embeddings=False),
+    # --- gpt_oss (float experts in f32, see gemma4): unsorted, then sorted (L * k >= 64);
+    # MXFP4 experts (mode "mxfp4", group 32, the router at 8-bit affine); a long greedy run
+    # (prefill 200 in chunks of 64 + decode 120 over a window of 16) ---
+    row("gpt_oss_f32", GPT_OSS, 30, 8, dtype="float32"),
+    row("gpt_oss_sorted_f32", GPT_OSS, 41, 2048, dtype="float32"),
+    row("gpt_oss_mxfp4", GPT_OSS, 30, 8, quant=q(4, 32, mode="mxfp4")),
+    row("gpt_oss_sorted_mxfp4", GPT_OSS, 41, 2048, quant=q(4, 32, mode="mxfp4")),
+    row("gpt_oss_q4_g64", GPT_OSS, 30, 8, quant=q(4)),
+    # the router's 8-bit affine entry dropped from config.json: its mode is inferred (float
+    # scales) beside the mxfp4 default
+    row("gpt_oss_mxfp4_inferred_router", GPT_OSS, 21, 8, quant=q(4, 32, mode="mxfp4"),
+        infer_modes=True),
+    # OpenAI's checkpoint layout (gate_up_proj_blocks ...), sanitized at load
+    row("gpt_oss_openai_mxfp4", GPT_OSS, 30, 8, quant=q(4, 32, recipe="experts_only",
+        mode="mxfp4"), openai_layout=True),
+    row("gpt_oss_w16_p200_d120", GPT_OSS, 201, 64, decode=120, dtype="float32", sliding_window=16),
     # --- glm4 ---
     row("glm4", GLM4, 24, 8),
     row("glm4_q4_g64", GLM4, 18, 2048, quant=q(4)),
@@ -602,6 +651,8 @@ def quant_predicate(recipe, model, group_size):
     if recipe == "embed_head_8":
         high = {"group_size": group_size, "bits": 8, "mode": "affine"}
         return lambda path, _: high if path.endswith(("embed_tokens", "lm_head")) else True
+    if recipe == "experts_only":
+        return lambda path, _: ".mlp.experts." in path
     if recipe == "float_head":
         return lambda path, _: not path.endswith("lm_head")
     raise ValueError(f"unknown recipe {recipe}")
@@ -623,12 +674,18 @@ def write_model(r, out):
         pred = quant_predicate(qt["recipe"], model, qt["group_size"])
         with contextlib.redirect_stdout(io.StringIO()):  # quantize_model prints bits per weight
             model, config = quantize_model(
-                model, config, qt["group_size"], qt["bits"], quant_predicate=pred
+                model, config, qt["group_size"], qt["bits"], mode=qt["mode"] or "affine",
+                quant_predicate=pred,
             )
     mx.eval(model.parameters())
     save_model(out, model)
     if r["hf_experts"]:
         unstack_experts(out)
+    if r["openai_layout"]:
+        config = to_openai_layout(out, config)
+    if r["infer_modes"]:
+        for key in ("quantization", "quantization_config"):
+            config[key] = {k: v for k, v in config[key].items() if not isinstance(v, dict)}
     save_config(config, out / "config.json")
     if r["kv_config"] is not None:
         (out / "kv_config.json").write_text(json.dumps(r["kv_config"], indent=1) + "\n")
@@ -653,6 +710,49 @@ def unstack_experts(out):
     index = json.loads(index_path.read_text())
     index["weight_map"] = {k: "model.safetensors" for k in sorted(split)}
     index_path.write_text(json.dumps(index, indent=4) + "\n")
+
+
+def to_openai_layout(out, config):
+    """Rewrites a saved gpt-oss model whose experts alone are MXFP4 into the layout of OpenAI's
+    checkpoints, which gpt_oss.sanitize undoes: gate and up interleaved by output row as
+    mlp.experts.gate_up_proj_{blocks,scales,bias}, packed weights as uint8 blocks
+    (experts, out, in / 32, 16), down_proj_{blocks,scales,bias}, and config.json's
+    quantization_config {"quant_method": "mxfp4"} instead of a quantization block."""
+    path = out / "model.safetensors"
+    weights = mx.load(str(path))
+    result = {}
+
+    def blocks(w):
+        e, o, _ = w.shape
+        return w.view(mx.uint8).reshape(e, o, -1, 16)
+
+    for key, value in weights.items():
+        prefix, sep, rest = key.partition(".mlp.experts.")
+        if not sep:
+            result[key] = value
+            continue
+        proj, part = rest.split(".")
+        base = f"{prefix}.mlp.experts."
+        if proj == "down_proj":
+            name = {"weight": "down_proj_blocks", "scales": "down_proj_scales",
+                    "bias": "down_proj_bias"}[part]
+            result[base + name] = blocks(value) if part == "weight" else value
+        elif proj == "gate_proj":
+            up = weights[f"{base}up_proj.{part}"]
+            if part == "bias":
+                result[base + "gate_up_proj_bias"] = mx.stack([value, up], -1).flatten(-2)
+            else:
+                both = mx.stack([value, up], -2).flatten(-3, -2)  # rows g0, u0, g1, u1, ...
+                result[base + ("gate_up_proj_blocks" if part == "weight" else
+                               "gate_up_proj_scales")] = blocks(both) if part == "weight" else both
+    mx.save_safetensors(str(path), result, metadata={"format": "mlx"})
+    index_path = out / "model.safetensors.index.json"
+    index = json.loads(index_path.read_text())
+    index["weight_map"] = {k: "model.safetensors" for k in sorted(result)}
+    index_path.write_text(json.dumps(index, indent=4) + "\n")
+    config = {k: v for k, v in config.items() if k not in ("quantization", "quantization_config")}
+    config["quantization_config"] = {"quant_method": "mxfp4"}
+    return config
 
 
 def greedy(logits):

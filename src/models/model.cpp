@@ -43,7 +43,17 @@ std::optional<QuantSpec> parse_spec(const json& j, const std::string& source,
 
 QuantConfig QuantConfig::from_config(const json& config, const std::string& source) {
   QuantConfig q;
-  if (!config.contains("quantization") || config["quantization"].is_null()) return q;
+  if (!config.contains("quantization") || config["quantization"].is_null()) {
+    // mlx-lm load_model's legacy quantization_config: OpenAI's MXFP4 checkpoints (gpt-oss) say
+    // only quant_method; their packed modules carry .scales, the others stay float.
+    if (config.contains("quantization_config") && config["quantization_config"].is_object()) {
+      const json& qc = config["quantization_config"];
+      const std::string method = qc.value("quant_method", std::string());
+      if (method == "mxfp4") q.defaults = QuantSpec{4, 32, "mxfp4"};
+      if (method == "mxfp8") q.defaults = QuantSpec{8, 32, "mxfp8"};
+    }
+    return q;
+  }
   const json& block = config["quantization"];
   check(block.is_object(), source, "'quantization' must be an object");
   q.defaults = parse_spec(block, source, "quantization");
@@ -89,9 +99,21 @@ std::optional<QuantSpec> WeightStore::quant_for(const std::string& path, int in_
   const int w_cols = w->second.shape(-1);
   check(s_cols > 0 && in_dims % s_cols == 0, source_, "tensor '", path, ".scales' has shape ",
         shape_str(scales->second.shape()), ", which does not divide the input size ", in_dims);
-  if (s.mode == "affine") {
-    s.group_size = in_dims / s_cols;
-    s.bits = (w_cols * 32) / in_dims;
+  s.group_size = in_dims / s_cols;
+  s.bits = (w_cols * 32) / in_dims;
+  // Only affine keeps its scales in a float dtype; each other mode allows one (bits, group).
+  if (scales->second.dtype() != mx::uint8) {
+    s.mode = "affine";
+  } else if (s.bits == 4 && s.group_size == 16) {
+    s.mode = "nvfp4";
+  } else if (s.bits == 4 && s.group_size == 32) {
+    s.mode = "mxfp4";
+  } else if (s.bits == 8 && s.group_size == 32) {
+    s.mode = "mxfp8";
+  } else {
+    fail(source_, "cannot infer the quantization mode of '", path, "': ", s.bits,
+         " bits with group size ", s.group_size,
+         ", expected 4/16 (nvfp4), 4/32 (mxfp4) or 8/32 (mxfp8) for uint8 scales");
   }
   return s;
 }

@@ -467,10 +467,10 @@ mx::array gelu_approx(const mx::array& x) {
 }
 
 mx::array attention(const mx::array& q, const mx::array& k, const mx::array& v, float scale,
-                    const Mask& mask) {
+                    const Mask& mask, const std::optional<mx::array>& sinks) {
   if (mask.array)
-    return mx::fast::scaled_dot_product_attention(q, k, v, scale, "array", mask.array);
-  return mx::fast::scaled_dot_product_attention(q, k, v, scale, mask.mode);
+    return mx::fast::scaled_dot_product_attention(q, k, v, scale, "array", mask.array, sinks);
+  return mx::fast::scaled_dot_product_attention(q, k, v, scale, mask.mode, std::nullopt, sinks);
 }
 
 mx::array quantized_attention(const mx::array& q, const QuantizedArray& k, const QuantizedArray& v,
@@ -568,23 +568,29 @@ std::optional<mx::array> rows_kernel_attention(const mx::array& q, const mx::arr
 }  // namespace
 
 mx::array cached_attention(const mx::array& q, const mx::array& k, const mx::array& v,
-                           KVCacheBase& cache, float scale, const Mask& mask) {
+                           KVCacheBase& cache, float scale, const Mask& mask,
+                           const std::optional<mx::array>& sinks) {
   if (auto* rows = dynamic_cast<RowsKVCache*>(&cache)) {
-    if (auto out = rows_kernel_attention(q, k, v, *rows, scale, mask)) return *out;
+    if (!sinks) {
+      if (auto out = rows_kernel_attention(q, k, v, *rows, scale, mask)) return *out;
+    }
     // Rows hold different lengths: each attends over its own cache, as it would alone.
     std::vector<mx::array> out;
     out.reserve(rows->size());
     for (int b = 0; b < rows->size(); ++b)
       out.push_back(cached_attention(row_of(q, b), row_of(k, b), row_of(v, b), rows->row(b), scale,
-                                     mask.rows.empty() ? mask : mask.rows[b]));
+                                     mask.rows.empty() ? mask : mask.rows[b], sinks));
     return mx::concatenate(out, 0);
   }
   if (auto quant = cache.quantization()) {
+    check(!sinks, "attention",
+          "a quantized KV cache does not support attention sinks, expected "
+          "an unquantized cache (leave kv_bits unset for this model)");
     auto [qk, qv] = cache.update_and_fetch_quantized(k, v);
     return quantized_attention(q, qk, qv, scale, mask, *quant);
   }
   auto [keys, values] = cache.update_and_fetch(k, v);
-  return attention(q, keys, values, scale, mask);
+  return attention(q, keys, values, scale, mask, sinks);
 }
 
 }  // namespace lmx::nn

@@ -165,9 +165,10 @@ mx::array swiglu(const mx::array& gate, const mx::array& x);
 mx::array gelu(const mx::array& x);
 mx::array gelu_approx(const mx::array& x);
 
-// mlx-lm base.scaled_dot_product_attention for the unquantized cache.
+// mlx-lm base.scaled_dot_product_attention for the unquantized cache; `sinks` (n_heads) are
+// gpt-oss's per-head attention sinks (an extra logit in every softmax row).
 mx::array attention(const mx::array& q, const mx::array& k, const mx::array& v, float scale,
-                    const Mask& mask);
+                    const Mask& mask, const std::optional<mx::array>& sinks = std::nullopt);
 
 // mlx-lm base.quantized_scaled_dot_product_attention: q (B, n_heads, L, D) against quantized
 // K/V (B, n_kv_heads, S, ...); no fused kernel, scores in the activation dtype, precise softmax.
@@ -175,8 +176,10 @@ mx::array quantized_attention(const mx::array& q, const QuantizedArray& k, const
                               float scale, const Mask& mask, const KVQuantization& quant);
 
 // cache.update_and_fetch(k, v), then the attention mlx-lm's scaled_dot_product_attention picks
-// for that cache: quantized for caches with `bits`, mx.fast otherwise.
+// for that cache: quantized for caches with `bits`, mx.fast otherwise. Sinks need mx.fast (a
+// quantized cache with sinks is refused, as mlx-lm refuses it).
 mx::array cached_attention(const mx::array& q, const mx::array& k, const mx::array& v,
-                           KVCacheBase& cache, float scale, const Mask& mask);
+                           KVCacheBase& cache, float scale, const Mask& mask,
+                           const std::optional<mx::array>& sinks = std::nullopt);
 
 }  // namespace lmx::nn

@@ -8,7 +8,10 @@ namespace lmx::server {
 
 OutputPipeline::OutputPipeline(PipelineOptions o) : o_(std::move(o)), stop_(o_.stop) {
   if (o_.split_reasoning || o_.parse_tools) {
-    OutputSplitter::Markers m = output_markers(o_.parse_tools ? o_.tool_format : ToolFormat::kNone);
+    // Harmony's channels are its reasoning markers, tools or not.
+    const bool markers_of_format = o_.parse_tools || o_.tool_format == ToolFormat::kHarmony;
+    OutputSplitter::Markers m =
+        output_markers(markers_of_format ? o_.tool_format : ToolFormat::kNone);
     if (!o_.split_reasoning) m.think_start = "\x01never\x01";
     splitter_.emplace(m, o_.start_in_reasoning && o_.split_reasoning, o_.parse_tools);
   }

@@ -66,9 +66,20 @@ std::vector<Segment> OutputSplitter::push(const std::string& text) {
     if (state_ == kNormal) {
       size_t think = pending_.find(m_.think_start);
       size_t tool = parse_tools_ ? pending_.find(m_.tool_start) : std::string::npos;
+      size_t drop = std::string::npos, drop_size = 0;
+      for (const auto& d : m_.drop) {
+        const size_t at = pending_.find(d);
+        if (at < drop) drop = at, drop_size = d.size();
+      }
+      if (drop < think && drop < tool) {
+        emit(out, Segment::kContent, pending_.substr(0, drop));
+        pending_.erase(0, drop + drop_size);
+        continue;
+      }
       if (think == std::string::npos && tool == std::string::npos) {
         std::vector<std::string> markers{m_.think_start};
         if (parse_tools_) markers.push_back(m_.tool_start);
+        markers.insert(markers.end(), m_.drop.begin(), m_.drop.end());
         const size_t hold = partial_marker_suffix(pending_, markers);
         emit(out, Segment::kContent, pending_.substr(0, pending_.size() - hold));
         pending_.erase(0, pending_.size() - hold);

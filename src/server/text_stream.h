@@ -42,6 +42,8 @@ class OutputSplitter {
   struct Markers {
     std::string think_start = "<think>", think_end = "</think>";
     std::string tool_start, tool_end;  // tool_end "" = the block runs to the end of the output
+    // Headers dropped from the content (harmony's "<|start|>assistant", "<|channel|>final...").
+    std::vector<std::string> drop = {};
   };
   // start_in_reasoning: the prompt ended inside an open <think> (a template that opens it).
   OutputSplitter(Markers markers, bool start_in_reasoning, bool parse_tools);

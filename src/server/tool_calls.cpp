@@ -9,6 +9,7 @@ namespace lmx::server {
 using ojson = nlohmann::ordered_json;
 
 ToolFormat detect_tool_format(const std::string& src) {
+  if (src.find("<|channel|>") != std::string::npos) return ToolFormat::kHarmony;
   if (src.find("<|tool_call>") != std::string::npos) return ToolFormat::kGemma4;
   if (src.find("<start_function_call>") != std::string::npos) return ToolFormat::kGemma;
   if (src.find("[TOOL_CALLS]") != std::string::npos) return ToolFormat::kMistral;
@@ -32,6 +33,8 @@ const char* tool_format_name(ToolFormat f) {
       return "gemma";
     case ToolFormat::kGemma4:
       return "gemma4";
+    case ToolFormat::kHarmony:
+      return "harmony";
     default:
       return "none";
   }
@@ -54,6 +57,11 @@ OutputSplitter::Markers output_markers(ToolFormat f) {
       break;
     case ToolFormat::kGemma4:
       m.tool_start = "<|tool_call>", m.tool_end = "<tool_call|>";
+      break;
+    case ToolFormat::kHarmony:
+      // <|channel|>analysis<|message|>R<|end|><|start|>assistant<|channel|>final<|message|>C
+      m.think_start = "<|channel|>analysis<|message|>", m.think_end = "<|end|>";
+      m.drop = {"<|start|>assistant", "<|channel|>final<|message|>"};
       break;
     default:
       break;

@@ -13,7 +13,9 @@
 
 namespace lmx::server {
 
-enum class ToolFormat { kNone, kHermes, kLlama3, kMistral, kGemma, kGemma4 };
+// kHarmony (gpt-oss): the analysis channel is the reasoning, the final channel the content; its
+// tool calls (commentary channel) are not parsed yet.
+enum class ToolFormat { kNone, kHermes, kLlama3, kMistral, kGemma, kGemma4, kHarmony };
 
 // Which format a chat template speaks, from the markers its source mentions.
 ToolFormat detect_tool_format(const std::string& template_source);

@@ -180,6 +180,7 @@ const std::vector<std::string> kRows = {
     "qwen3_moe_f32",
     "gemma2_q4_g64",
     "llama_layer_types_window8",
+    "gpt_oss_f32",
 };
 
 class BatchRows : public ::testing::TestWithParam<std::string> {};

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "cache/kv_config.h"
+#include "core/error.h"
 #include "core/json.h"
 #include "generate/generate.h"
 #include "io/safetensors.h"
@@ -261,6 +262,27 @@ TEST_P(Parity, HiddenTapMatchesLayerOutputs) {
     }
   }
   for (const auto& f : failures) ADD_FAILURE() << GetParam() << " " << f;
+}
+
+// gpt-oss's attention sinks need mx.fast attention: once kv_bits quantizes its caches, the next
+// forward is refused with a clear error (mlx-lm raises there too), not a wrong answer.
+TEST(GptOss, QuantizedKVCacheWithSinksIsRefused) {
+  LoadedWeights loaded = load_model(test::data_path("parity/gpt_oss_f32"), {.exact = true});
+  Cache cache = loaded.model->make_cache();
+  mx::eval((*loaded.model)(mx::array({1, 2, 3}, {1, 3}, mx::int32), cache));
+  GenerateOptions kv;
+  kv.kv_bits = 8;
+  kv.kv_group_size = 32;
+  kv.quantized_kv_start = 0;
+  maybe_quantize_kv_cache(cache, kv);
+  try {
+    mx::eval((*loaded.model)(mx::array({4}, {1, 1}, mx::int32), cache));
+    ADD_FAILURE() << "a forward over quantized caches with sinks succeeded";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("a quantized KV cache does not support attention sinks"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Rows, Parity, ::testing::ValuesIn(parity_rows()),

@@ -199,9 +199,11 @@ TEST_F(BadInput, FamilyKeysRequired) {
       {"qwen3_moe", {{"head_dim", 8}}},
       {"glm4", {{"attention_bias", false}, {"head_dim", 8}}},
       {"gemma2", {}},
+      {"gpt_oss", {{"head_dim", 8}}},
   };
   const std::vector<std::string> missing = {"attention_multiplier", "num_experts",
-                                            "partial_rotary_factor", "head_dim"};
+                                            "partial_rotary_factor", "head_dim",
+                                            "num_local_experts"};
   const nlohmann::json llama = config_;
   for (size_t i = 0; i < cases.size(); ++i) {
     config_ = llama;
@@ -211,6 +213,30 @@ TEST_F(BadInput, FamilyKeysRequired) {
     SCOPED_TRACE(cases[i].first);
     expect_load_error("[config.json] missing required key '" + missing[i] + "'");
   }
+}
+
+// gpt-oss's layer_types: an unknown entry is named with its index; both kinds must appear.
+TEST_F(BadInput, GptOssLayerTypes) {
+  config_["model_type"] = "gpt_oss";
+  config_["num_hidden_layers"] = 2;
+  config_["head_dim"] = 8;
+  config_["num_local_experts"] = 4;
+  config_["num_experts_per_tok"] = 2;
+  config_["sliding_window"] = 8;
+  config_["rope_theta"] = 150000;
+  config_["layer_types"] = {"sliding_attention", "chunked_attention"};
+  write_config();
+  expect_load_error(
+      "[config.json] layer_types[1] is \"chunked_attention\", expected \"full_attention\" or "
+      "\"sliding_attention\"");
+  config_["layer_types"] = {"full_attention", "full_attention"};
+  write_config();
+  expect_load_error(
+      "[config.json] layer_types must have both a \"sliding_attention\" and a "
+      "\"full_attention\" layer");
+  config_.erase("sliding_window");
+  write_config();
+  expect_load_error("[config.json] missing required key 'sliding_window'");
 }
 
 TEST_F(BadInput, Phi3RopeScalingKeys) {

@@ -9,9 +9,9 @@
 #include <sstream>
 
 #include "cache/kv_cache.h"
+#include "cache/prompt_cache_lru.h"
 #include "server/api_error.h"
 #include "server/pipeline.h"
-#include "cache/prompt_cache_lru.h"
 #include "server/requests.h"
 #include "server/server.h"
 #include "server/text_stream.h"
@@ -113,6 +113,9 @@ TEST(ToolCalls, DetectsTheFormatFromTheTemplate) {
   EXPECT_EQ(detect_tool_format("<start_function_call>"), ToolFormat::kGemma);
   EXPECT_EQ(detect_tool_format("<|tool_call>"), ToolFormat::kGemma4);
   EXPECT_EQ(detect_tool_format("{{ messages }}"), ToolFormat::kNone);
+  // gpt-oss's template renders tools too, in harmony's own format.
+  EXPECT_EQ(detect_tool_format("{{ tools }}<|start|>assistant<|channel|>final<|message|>"),
+            ToolFormat::kHarmony);
 }
 
 TEST(ToolCalls, ParsersAgreeWithMlxLm) {
@@ -185,6 +188,30 @@ TEST(OutputPipeline, ToolCallsReasoningAndStopsTogether) {
   Delta bad = pipe(o, "a<tool_call>{oops</tool_call>", 2);
   EXPECT_TRUE(bad.tool_calls.empty());
   EXPECT_EQ(bad.content, "a<tool_call>{oops</tool_call>");
+}
+
+// gpt-oss's harmony output: the analysis channel is the reasoning, the final channel the content,
+// the headers between them dropped, in every split; tools offered or not.
+TEST(OutputPipeline, HarmonyChannelsAreReasoningAndContent) {
+  PipelineOptions o;
+  o.tool_format = ToolFormat::kHarmony;
+  o.split_reasoning = true;
+  const std::string text =
+      "<|channel|>analysis<|message|>User says hi. Answer.<|end|>"
+      "<|start|>assistant<|channel|>final<|message|>Hello <|channel|!";
+  for (bool tools : {false, true}) {
+    o.parse_tools = tools;
+    for (size_t step = 1; step <= text.size(); ++step) {
+      Delta d = pipe(o, text, step);
+      EXPECT_EQ(d.reasoning, "User says hi. Answer.") << "step " << step;
+      EXPECT_EQ(d.content, "Hello <|channel|!") << "step " << step;
+      EXPECT_TRUE(d.tool_calls.empty());
+    }
+  }
+  // A final channel alone (no analysis) is all content.
+  Delta d = pipe(o, "<|channel|>final<|message|>Hi.", 3);
+  EXPECT_EQ(d.content, "Hi.");
+  EXPECT_EQ(d.reasoning, "");
 }
 
 TEST(OutputPipeline, Llama3BareJsonOutputIsAToolCall) {
