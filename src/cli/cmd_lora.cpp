@@ -28,7 +28,7 @@ const std::vector<Arg>& lora_args() {
       {"model", "model", Kind::str, "model directory or hub repo id", "PATH|REPO"},
       {"train", "train", Kind::on, "train an adapter"},
       {"data", "data", Kind::str, "directory with train.jsonl, valid.jsonl, test.jsonl", "DIR"},
-      {"fine-tune-type", "fine_tune_type", Kind::str, "lora or dora (full: not yet)", "TYPE"},
+      {"fine-tune-type", "fine_tune_type", Kind::str, "lora, dora or full", "TYPE"},
       {"optimizer", "optimizer", Kind::str, "adam or adamw", "NAME"},
       {"mask-prompt", "mask_prompt", Kind::on, "no loss on the prompt (chat, completions)"},
       {"num-layers", "num_layers", Kind::integer, "layers to fine-tune, from the last; -1: all",

@@ -1,5 +1,3 @@
-#include "train/train.h"
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -14,7 +12,9 @@
 #include "lmx/lmx.h"
 #include "models/model.h"
 #include "nn/layers.h"
+#include "nn/transformer.h"
 #include "tokenizer/tokenizer.h"
+#include "train/train.h"
 
 namespace lmx::train {
 
@@ -27,6 +27,16 @@ struct ParamSet {
   std::vector<mx::array> values;
   bool training = false;  // dropout on
   float dropout = 0.0f;
+  // Full fine-tuning: the model's own arrays, values[i] mirrored into *targets[i].
+  std::vector<mx::array*> targets;
+
+  void set(std::vector<mx::array> v) {
+    values = std::move(v);
+    sync();
+  }
+  void sync() {
+    for (size_t i = 0; i < targets.size(); ++i) *targets[i] = values[i];
+  }
 };
 
 // nn.Dropout when training: (bernoulli(1 - p) * x) * (1 / (1 - p)).
@@ -136,7 +146,7 @@ class TrainSource : public nn::AdapterSource {
                                                                const nn::Linear& base, int in,
                                                                int out) override {
     auto local = selected(path);
-    if (!local) return {};
+    if (!local || o_.fine_tune_type == "full") return {};
     check(!base.all_reduce, path, "training a sharded layer is not supported");
     Slot s;
     s.path = path;
@@ -158,14 +168,14 @@ class TrainSource : public nn::AdapterSource {
   std::vector<std::shared_ptr<const nn::EmbeddingAdapter>> embedding(const std::string& path,
                                                                      const nn::Embedding&, int,
                                                                      int) override {
-    check(!selected(path), path,
+    check(o_.fine_tune_type == "full" || !selected(path), path,
           "training LoRA on embeddings is not supported yet, expected "
           "--keys (lora_parameters.keys) without this module");
     return {};
   }
   std::vector<std::shared_ptr<const nn::SwitchAdapter>> switch_linear(const std::string& path, int,
                                                                       int, int) override {
-    check(!selected(path), path,
+    check(o_.fine_tune_type == "full" || !selected(path), path,
           "training LoRA on mixture-of-experts layers is not supported "
           "yet, expected lora_parameters.keys without this module");
     return {};
@@ -478,9 +488,35 @@ void write_adapter_config(const TrainOptions& o) {
   fs::create_directories(o.adapter_path);
   json cfg = o.args;
   cfg.erase("_name_or_path");
+  // train_model sets args.lora_parameters = None before save_config for a full fine-tune.
+  if (o.fine_tune_type == "full") cfg["lora_parameters"] = nullptr;
   std::ofstream f(o.adapter_path / "adapter_config.json");
   check(f.good(), (o.adapter_path / "adapter_config.json").string(), "cannot write the file");
   f << cfg.dump(4) << "\n";
+}
+
+// --fine-tune-type full: every array of the last num_layers decoder layers trains (train_model
+// unfreezes model.layers[-max(num_layers, 0):], so 0 and -1 mean all).
+void bind_full(ParamSet& p, Model& model, const TrainOptions& o) {
+  const int n = model.num_layers();
+  const int first = o.num_layers > 0 ? n - o.num_layers : 0;
+  for (int i = first; i < n; ++i) {
+    auto* dense = dynamic_cast<nn::DenseDecoder*>(&model);
+    check(dense != nullptr, "lmx lora",
+          "--fine-tune-type full is not supported for this model_type yet, expected a llama-style "
+          "decoder (llama, qwen2, qwen3, ...)");
+    for (const auto& [name, a] : dense->layer_parameters(i)) {
+      // mlx-lm unfreezes the packed weights too, then fails in the backward pass with
+      // "[QuantizedMatmul::vjp] no gradient wrt the quantized weights".
+      check(!name.ends_with(".scales"), o.model.string(),
+            "--fine-tune-type full needs a float model, got a quantized layer (", name,
+            "): quantized weights have no gradient; train lora or dora on it, or fine-tune a "
+            "float copy (mlx_lm.convert --dequantize)");
+      p.names.push_back(name);
+      p.values.push_back(*a);
+      p.targets.push_back(a);
+    }
+  }
 }
 
 void resume(ParamSet& p, const fs::path& file) {
@@ -496,6 +532,7 @@ void resume(ParamSet& p, const fs::path& file) {
     p.values[i] = a;
   }
   mx::eval(p.values);
+  p.sync();
 }
 
 struct Clock {
@@ -562,8 +599,9 @@ TrainOptions TrainOptions::from_args(const json& args) {
   o.train = v.get<bool>("train", false);
   o.test = v.get<bool>("test", false);
   o.fine_tune_type = v.get<std::string>("fine_tune_type", "lora");
-  check(o.fine_tune_type == "lora" || o.fine_tune_type == "dora", v.source, "--fine-tune-type ",
-        o.fine_tune_type, " is not supported yet, expected lora or dora");
+  check(o.fine_tune_type == "lora" || o.fine_tune_type == "dora" || o.fine_tune_type == "full",
+        v.source, "Received unknown fine-tune-type ", o.fine_tune_type,
+        ", expected lora, dora or full");
   o.optimizer = v.get<std::string>("optimizer", "adam");
   for (auto& c : o.optimizer) c = static_cast<char>(std::tolower(c));
   if (v.has("optimizer_config")) o.optimizer_config = args["optimizer_config"];
@@ -598,7 +636,9 @@ TrainOptions TrainOptions::from_args(const json& args) {
     sc.warmup_init = s.get<double>("warmup_init", 0.0);
     o.lr_schedule = sc;
   }
-  const json lp = v.has("lora_parameters") ? args["lora_parameters"] : json::object();
+  const json lp = v.has("lora_parameters")     ? args["lora_parameters"]
+                  : o.fine_tune_type == "full" ? json{{"scale", 20.0}}
+                                               : json::object();
   const JsonView l{lp, "lora_parameters"};
   check(l.has("scale"), l.source, "missing required key 'scale'",
         lp.contains("alpha") ? " (found 'alpha': mlx-lm's LoRA config uses 'scale')" : "");
@@ -656,9 +696,14 @@ void run(const TrainOptions& o, const MetricsCallback& on_metrics) {
     TrainSource source(params, o);
     size_t total = 0;
     model = load_trainable(o.model, source, &total);
-    check(!source.slots().empty(), "lmx lora",
-          "no layer matched the LoRA keys, expected module names such as self_attn.q_proj");
-    source.initialize(o.seed);
+    if (o.fine_tune_type == "full") {
+      mx::random::seed(static_cast<uint64_t>(o.seed));
+      bind_full(*params, *model, o);
+    } else {
+      check(!source.slots().empty(), "lmx lora",
+            "no layer matched the LoRA keys, expected module names such as self_attn.q_proj");
+      source.initialize(o.seed);
+    }
     if (o.resume_adapter_file) {
       std::printf("Loading fine-tuned weights from %s\n", o.resume_adapter_file->c_str());
       resume(*params, *o.resume_adapter_file);
@@ -676,7 +721,7 @@ void run(const TrainOptions& o, const MetricsCallback& on_metrics) {
     Cache step_cache;
     auto loss_and_grad = mx::value_and_grad(
         [&](const std::vector<mx::array>& ps) {
-          params->values = ps;
+          params->set(ps);
           return default_loss(*model, current->tokens, current->lengths, step_cache);
         },
         argnums);
@@ -692,9 +737,9 @@ void run(const TrainOptions& o, const MetricsCallback& on_metrics) {
         in.push_back(x);
         auto run = mx::checkpoint([params, f, n](const std::vector<mx::array>& in) {
           const std::vector<mx::array> saved = params->values;
-          params->values.assign(in.begin(), in.begin() + n);
+          params->set({in.begin(), in.begin() + n});
           std::vector<mx::array> out{f(in[n])};
-          params->values = saved;
+          params->set(saved);
           return out;
         });
         return run(in)[0];
@@ -727,7 +772,7 @@ void run(const TrainOptions& o, const MetricsCallback& on_metrics) {
       current = &batch;
       const std::vector<mx::array> saved = params->values;
       auto [values, grads] = loss_and_grad(saved);
-      params->values = saved;
+      params->set(saved);
       if (accum)
         for (size_t i = 0; i < grads.size(); ++i) grads[i] = mx::add(grads[i], (*accum)[i]);
       if (it % o.grad_accumulation_steps == 0) {
@@ -735,6 +780,7 @@ void run(const TrainOptions& o, const MetricsCallback& on_metrics) {
           for (auto& g : grads)
             g = mx::divide(g, mx::array(static_cast<float>(o.grad_accumulation_steps)));
         opt.update(params->values, grads);
+        params->sync();
         accum.reset();
       } else {
         accum = grads;
@@ -751,7 +797,8 @@ void run(const TrainOptions& o, const MetricsCallback& on_metrics) {
       train_time += tic.seconds();
 
       if (it % o.steps_per_report == 0 || it == o.iters) {
-        const double train_loss = losses->item<float>() / steps;
+        // mlx-lm: losses.item() / steps, a Python float (double) division.
+        const double train_loss = static_cast<double>(losses->item<float>()) / steps;
         const long long ntok = n_tokens->item<int32_t>();
         const double lr = opt.learning_rate().item<float>();
         const double it_sec = o.steps_per_report / train_time;

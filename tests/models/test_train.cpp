@@ -112,7 +112,7 @@ TEST_P(TrainParity, LossesAdapterAndLogitsEqualMlxLm) {
 
 INSTANTIATE_TEST_SUITE_P(Rows, TrainParity,
                          ::testing::Values("llama_f32_text", "llama_q4_completions",
-                                           "llama_q4_dora_chat"));
+                                           "llama_q4_dora_chat", "llama_f32_full"));
 
 // --resume-adapter-file with mlx-lm's final adapter and a learning rate of 0: the saved adapter is
 // the file resumed from, and the test loss is mlx-lm's after its training (the test set is one
@@ -193,6 +193,21 @@ TEST(Train, BadInputNamesFileAndLine) {
     EXPECT_NE(std::string(e.what()).find("has shape [64, 8], expected [64, 4]"), std::string::npos)
         << e.what();
   }
+  // Full fine-tuning of a quantized base: refused before training (mlx-lm fails in its first
+  // backward pass: the packed weights have no gradient).
+  try {
+    train_row("llama_q4_completions", [&](json& a) {
+      a["fine_tune_type"] = "full";
+      a["num_layers"] = 1;
+    });
+    ADD_FAILURE() << "no error for a full fine-tune of a 4-bit model";
+  } catch (const Error& e) {
+    EXPECT_NE(
+        std::string(e.what()).find("--fine-tune-type full needs a float model, got a "
+                                   "quantized layer (model.layers.1.self_attn.q_proj.scales)"),
+        std::string::npos)
+        << e.what();
+  }
   try {
     train_row("llama_f32_text", [&](json& a) { a["num_layers"] = 3; });
     ADD_FAILURE() << "no error for 3 layers of 2";
@@ -211,7 +226,8 @@ void expect_same_model(const fs::path& ours, const fs::path& theirs) {
 }
 
 TEST(Fuse, TensorsEqualMlxLmFuse) {
-  for (const std::string row : {"llama_f32_text", "llama_q4_completions", "llama_q4_dora_chat"}) {
+  for (const std::string row :
+       {"llama_f32_text", "llama_q4_completions", "llama_q4_dora_chat", "llama_f32_full"}) {
     SCOPED_TRACE(row);
     const fs::path dir = test::data_path("train/" + row);
     const fs::path out = scratch("fuse_" + row);
