@@ -72,10 +72,11 @@ int cmd_lora(const Args& args) {
   specs.push_back(offline_flag());
   Flags f(
       "lora",
-      "LoRA / DoRA / QLoRA fine-tuning as mlx_lm.lora: the same flags, YAML config, data formats,\n"
-      "losses and adapter format (adapter_config.json + adapters.safetensors), which\n"
-      "`lmx generate --adapter-path` and mlx_lm.load(..., adapter_path=...) load. The model\n"
-      "runs tier L1 (stock MLX ops). See docs/training.md.",
+      "LoRA / DoRA / QLoRA / full fine-tuning as mlx_lm.lora: the same flags, YAML config, data\n"
+      "formats, losses and adapter format (adapter_config.json + adapters.safetensors), which\n"
+      "`lmx generate --adapter-path` and mlx_lm.load(..., adapter_path=...) load; and DPO / ORPO\n"
+      "(--train-mode) on prompt/chosen/rejected rows. The model runs tier L1 (stock MLX ops).\n"
+      "See docs/training.md.",
       specs);
   if (!f.parse(args)) {
     std::fputs(f.usage().c_str(), stdout);
