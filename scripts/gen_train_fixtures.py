@@ -84,6 +84,12 @@ ROWS = [
                    test_batches=-1, seed=11, mask_prompt=True,
                    optimizer_config=dict(adam=dict(bias_correction=True, betas=[0.8, 0.99])),
                    lr_schedule=dict(name="linear_schedule", arguments=[2e-3, 1e-4, 20]))),
+    # Full fine-tune of the last layer (every array of it: linears and norms), float32, text
+    # rows, AdamW; the "adapter" is the layer's weights.
+    dict(name="llama_f32_full", quant=None, format="text",
+         args=dict(fine_tune_type="full", num_layers=1, learning_rate=3e-4, batch_size=4,
+                   iters=20, steps_per_report=1, steps_per_eval=5, val_batches=2, save_every=10,
+                   test_batches=-1, seed=5, optimizer="adamw")),
 ]
 
 

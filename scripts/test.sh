@@ -60,6 +60,8 @@ step "LoRA adapters made with mlx-lm and its logits / greedy text with them load
 "$py" scripts/gen_lora_fixtures.py "$data/lora" --smollm2 "$model"
 step "LoRA training and fuse references (mlx_lm.lora, mlx_lm.fuse on tiny models)"
 "$py" scripts/gen_train_fixtures.py "$data/train"
+step "DPO / ORPO references (the papers' losses over mlx-lm's model and LoRA, tiny llama)"
+"$py" scripts/gen_pref_fixtures.py "$data/pref"
 step "chat templates rendered by transformers' apply_chat_template"
 "$py" scripts/gen_template_fixtures.py "$data/templates" --cache "$root/.cache" --model-dir "$model"
 # A sanitizer build of lmx and its tests (build-address, ...) reading build/testdata.

@@ -28,7 +28,11 @@ const std::vector<Arg>& lora_args() {
       {"model", "model", Kind::str, "model directory or hub repo id", "PATH|REPO"},
       {"train", "train", Kind::on, "train an adapter"},
       {"data", "data", Kind::str, "directory with train.jsonl, valid.jsonl, test.jsonl", "DIR"},
-      {"fine-tune-type", "fine_tune_type", Kind::str, "lora or dora (full: not yet)", "TYPE"},
+      {"fine-tune-type", "fine_tune_type", Kind::str, "lora, dora or full", "TYPE"},
+      {"train-mode", "train_mode", Kind::str, "sft, or dpo / orpo on prompt/chosen/rejected rows",
+       "MODE"},
+      {"beta", "beta", Kind::number, "DPO temperature (default 0.1)", "B"},
+      {"lambda", "lambda", Kind::number, "ORPO odds-ratio weight (default 0.1)", "L"},
       {"optimizer", "optimizer", Kind::str, "adam or adamw", "NAME"},
       {"mask-prompt", "mask_prompt", Kind::on, "no loss on the prompt (chat, completions)"},
       {"num-layers", "num_layers", Kind::integer, "layers to fine-tune, from the last; -1: all",
@@ -68,10 +72,11 @@ int cmd_lora(const Args& args) {
   specs.push_back(offline_flag());
   Flags f(
       "lora",
-      "LoRA / DoRA / QLoRA fine-tuning as mlx_lm.lora: the same flags, YAML config, data formats,\n"
-      "losses and adapter format (adapter_config.json + adapters.safetensors), which\n"
-      "`lmx generate --adapter-path` and mlx_lm.load(..., adapter_path=...) load. The model\n"
-      "runs tier L1 (stock MLX ops). See docs/training.md.",
+      "LoRA / DoRA / QLoRA / full fine-tuning as mlx_lm.lora: the same flags, YAML config, data\n"
+      "formats, losses and adapter format (adapter_config.json + adapters.safetensors), which\n"
+      "`lmx generate --adapter-path` and mlx_lm.load(..., adapter_path=...) load; and DPO / ORPO\n"
+      "(--train-mode) on prompt/chosen/rejected rows. The model runs tier L1 (stock MLX ops).\n"
+      "See docs/training.md.",
       specs);
   if (!f.parse(args)) {
     std::fputs(f.usage().c_str(), stdout);

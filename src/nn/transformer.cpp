@@ -116,6 +116,39 @@ DecoderBlock::DecoderBlock(const DecoderOptions& o, int layer, WeightStore& w, c
   }
 }
 
+NamedArrays DecoderBlock::parameters(const std::string& prefix) {
+  NamedArrays out;
+  auto linear = [&](Linear& l, const std::string& name) {
+    out.emplace_back(prefix + name + ".weight", &l.weight);
+    if (l.bias) out.emplace_back(prefix + name + ".bias", &*l.bias);
+    if (l.scales) out.emplace_back(prefix + name + ".scales", &*l.scales);
+    if (l.biases) out.emplace_back(prefix + name + ".biases", &*l.biases);
+  };
+  auto maybe_linear = [&](std::optional<Linear>& l, const std::string& name) {
+    if (l) linear(*l, name);
+  };
+  auto norm = [&](std::optional<RMSNorm>& n, const std::string& name) {
+    if (n) out.emplace_back(prefix + name + ".weight", &n->weight);
+  };
+  maybe_linear(self_attn.q_proj, "self_attn.q_proj");
+  maybe_linear(self_attn.k_proj, "self_attn.k_proj");
+  maybe_linear(self_attn.v_proj, "self_attn.v_proj");
+  maybe_linear(self_attn.qkv_proj, "self_attn.qkv_proj");
+  linear(self_attn.o_proj, "self_attn.o_proj");
+  norm(self_attn.q_norm, "self_attn.q_norm");
+  norm(self_attn.k_norm, "self_attn.k_norm");
+  maybe_linear(mlp.gate_proj, "mlp.gate_proj");
+  maybe_linear(mlp.up_proj, "mlp.up_proj");
+  maybe_linear(mlp.gate_up_proj, "mlp.gate_up_proj");
+  linear(mlp.down_proj, "mlp.down_proj");
+  norm(input_layernorm, "input_layernorm");
+  norm(post_attention_layernorm, "post_attention_layernorm");
+  norm(post_feedforward_layernorm, "post_feedforward_layernorm");
+  norm(post_self_attn_layernorm, "post_self_attn_layernorm");
+  norm(post_mlp_layernorm, "post_mlp_layernorm");
+  return out;
+}
+
 mx::array DecoderBlock::operator()(const mx::array& x, const Mask& mask, KVCacheBase& cache) const {
   if (auto y = fused(x, mask, cache)) return *y;
   // granite: h = x + r * residual_multiplier
@@ -170,6 +203,10 @@ mx::array DenseDecoder::head(const mx::array& h) const {
   mx::array logits = lm_head_ ? (*lm_head_)(h) : embed_tokens_.as_linear(h);
   if (logits_scaling_) logits = mx::divide(logits, weak_scalar(*logits_scaling_, logits));
   return logits;
+}
+
+NamedArrays DenseDecoder::layer_parameters(int layer) {
+  return layers_.at(layer).parameters("model.layers." + std::to_string(layer) + ".");
 }
 
 mx::array DenseDecoder::hidden(const mx::array& tokens, Cache& cache) {

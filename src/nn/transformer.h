@@ -78,6 +78,9 @@ struct DecoderOptions {
   AttentionOptions attention;
 };
 
+// Arrays of a model by parameter name: pointers into it (full fine-tuning, src/train).
+using NamedArrays = std::vector<std::pair<std::string, mx::array*>>;
+
 struct DecoderBlock {
   Attention self_attn;
   SwiGLUMLP mlp;
@@ -88,6 +91,9 @@ struct DecoderBlock {
 
   DecoderBlock(const DecoderOptions& o, int layer, WeightStore& w, const std::string& path);
   mx::array operator()(const mx::array& x, const Mask& mask, KVCacheBase& cache) const;
+  // Every array of the block (a quantized Linear's scales and zero points too), named
+  // `prefix` + its mlx-lm parameter path.
+  NamedArrays parameters(const std::string& prefix);
 
  private:
   // Tier L3: the layer as two fused CPU primitives around the cached attention
@@ -106,6 +112,10 @@ class DenseDecoder : public Model {
   Cache make_cache() const override;
   int num_layers() const override { return static_cast<int>(layers_.size()); }
   bool supports_layer_hook() const override { return true; }
+  // Full fine-tuning (src/train): layer `layer`'s arrays by mlx-lm parameter name
+  // (model.layers.<i>.self_attn.q_proj.weight, ...), pointers into the model that the trainer
+  // points at its tracers while it takes a gradient.
+  NamedArrays layer_parameters(int layer);
 
  private:
   bool is_sliding(size_t layer) const { return layer < sliding_.size() && sliding_[layer]; }

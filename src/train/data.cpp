@@ -11,10 +11,20 @@ namespace lmx::train {
 
 namespace {
 
-enum class Format { text, completions, chat };
+enum class Format { text, completions, chat, preference };
 
 const char* format_name(Format f) {
-  return f == Format::text ? "text" : f == Format::completions ? "prompt/completion" : "messages";
+  switch (f) {
+    case Format::text:
+      return "text";
+    case Format::completions:
+      return "prompt/completion";
+    case Format::chat:
+      return "messages";
+    case Format::preference:
+      break;
+  }
+  return "prompt/chosen/rejected (--train-mode dpo|orpo)";
 }
 
 std::vector<int> encode_chat(const TextCodec& codec, const chat::ojson& messages,
@@ -31,6 +41,7 @@ std::vector<int> encode_chat(const TextCodec& codec, const chat::ojson& messages
 Dataset load_jsonl(const fs::path& file, const TextCodec& codec, const DataOptions& opt) {
   Dataset out;
   out.source = file.string();
+  out.preference = opt.preference;
   if (!fs::exists(file)) return out;
   std::ifstream in(file);
   check(in.good(), out.source, "cannot open the data file");
@@ -49,6 +60,7 @@ Dataset load_jsonl(const fs::path& file, const TextCodec& codec, const DataOptio
       fail(where, "malformed JSON: ", e.what());
     }
     check(row.is_object(), where, "expected a JSON object per line, got ", row.type_name());
+    if (!format && opt.preference) format = Format::preference;
     if (!format) {
       // create_dataset's order: prompt/completion, then messages, then text.
       if (row.contains(opt.prompt_feature) && row.contains(opt.completion_feature))
@@ -112,6 +124,25 @@ Dataset load_jsonl(const fs::path& file, const TextCodec& codec, const DataOptio
         }
         break;
       }
+      case Format::preference: {
+        // Each answer as the assistant turn after the (system and) user prompt, as
+        // CompletionsDataset renders a completion; the loss covers the answer only.
+        chat::ojson prompt = chat::ojson::array();
+        if (row.contains("system"))
+          prompt.push_back({{"role", "system"}, {"content", field("system", true)}});
+        prompt.push_back({{"role", "user"}, {"content", field(opt.prompt_feature, true)}});
+        auto answer = [&](const char* key) {
+          chat::ojson m = prompt;
+          m.push_back({{"role", "assistant"}, {"content", field(key, true)}});
+          return encode_chat(codec, m, tools, false);
+        };
+        ex.tokens = answer("chosen");
+        ex.rejected = answer("rejected");
+        ex.offset = static_cast<int>(encode_chat(codec, prompt, tools, true).size());
+        check(static_cast<int>(std::min(ex.tokens.size(), ex.rejected.size())) > ex.offset, where,
+              "the chosen and rejected answers must each add tokens after the prompt");
+        break;
+      }
     }
     check(!ex.tokens.empty(), where, "the row encodes to no tokens");
     out.rows.push_back(std::move(ex));
@@ -163,8 +194,21 @@ std::optional<Batch> BatchIterator::next() {
     started_ = true;
   }
   const auto& rows = batches_[order_[at_++]];
+  // A preference batch: the chosen sequences, then the rejected ones.
+  std::vector<const std::vector<int>*> seqs;
+  std::vector<int> offsets;
+  for (int r : rows) {
+    seqs.push_back(&data_.rows[r].tokens);
+    offsets.push_back(data_.rows[r].offset);
+  }
+  if (data_.preference)
+    for (int r : rows) {
+      seqs.push_back(&data_.rows[r].rejected);
+      offsets.push_back(data_.rows[r].offset);
+    }
+  const int n = static_cast<int>(seqs.size());
   int longest = 0;
-  for (int r : rows) longest = std::max(longest, static_cast<int>(data_.rows[r].tokens.size()));
+  for (const auto* t : seqs) longest = std::max(longest, static_cast<int>(t->size()));
   if (longest > max_seq_length_)
     std::fprintf(stderr,
                  "[WARNING] Some sequences are longer than %d tokens. The longest sentence %d "
@@ -172,17 +216,17 @@ std::optional<Batch> BatchIterator::next() {
                  max_seq_length_, longest, max_seq_length_);
   constexpr int pad_to = 32;
   const int width = std::min(1 + pad_to * ((longest + pad_to - 1) / pad_to), max_seq_length_);
-  std::vector<int32_t> tokens(static_cast<size_t>(batch_size_) * width, 0);
+  std::vector<int32_t> tokens(static_cast<size_t>(n) * width, 0);
   std::vector<int32_t> lengths;
-  for (int j = 0; j < batch_size_; ++j) {
-    const Example& ex = data_.rows[rows[j]];
-    const int len = std::min(static_cast<int>(ex.tokens.size()), max_seq_length_);
-    std::copy(ex.tokens.begin(), ex.tokens.begin() + len, tokens.begin() + j * width);
-    lengths.push_back(ex.offset);
+  for (int j = 0; j < n; ++j) {
+    const std::vector<int>& t = *seqs[j];
+    const int len = std::min(static_cast<int>(t.size()), max_seq_length_);
+    std::copy(t.begin(), t.begin() + len, tokens.begin() + j * width);
+    lengths.push_back(offsets[j]);
     lengths.push_back(len);
   }
-  return Batch{mx::array(tokens.data(), {batch_size_, width}, mx::int32),
-               mx::array(lengths.data(), {batch_size_, 2}, mx::int32)};
+  return Batch{mx::array(tokens.data(), {n, width}, mx::int32),
+               mx::array(lengths.data(), {n, 2}, mx::int32)};
 }
 
 }  // namespace lmx::train

@@ -28,19 +28,25 @@ struct DataOptions {
   std::string prompt_feature = "prompt";
   std::string completion_feature = "completion";
   std::string chat_feature = "messages";
+  // --train-mode dpo|orpo: every row is {"prompt", "chosen", "rejected"[, "system"]}.
+  bool preference = false;
 };
 
 // One row: its tokens, where the loss starts (the prompt's length with --mask-prompt, else 0),
 // and the row's number of JSON keys, which is what mlx-lm's CacheDataset.itemlen sorts by.
+// Preference rows: `tokens` is the chosen answer's sequence, `rejected` the rejected one's, both
+// after the same prompt of `offset` tokens.
 struct Example {
   std::vector<int> tokens;
   int offset = 0;
   int keys = 0;
+  std::vector<int> rejected;
 };
 
 struct Dataset {
   std::string source;  // the file, for messages
   std::vector<Example> rows;
+  bool preference = false;
   size_t size() const { return rows.size(); }
 };
 
@@ -67,7 +73,8 @@ class NumpyRandom {
 };
 
 // A padded batch (batch_size, 1 + 32 * ceil(max_len / 32) capped at max_seq_length) int32 and
-// the (offset, length) pairs, (batch_size, 2) int32.
+// the (offset, length) pairs, (batch_size, 2) int32. A preference batch has 2 * batch_size rows:
+// the chosen sequences, then the rejected ones in the same order.
 struct Batch {
   mx::array tokens{0};
   mx::array lengths{0};

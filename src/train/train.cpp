@@ -14,6 +14,7 @@
 #include "lmx/lmx.h"
 #include "models/model.h"
 #include "nn/layers.h"
+#include "nn/transformer.h"
 #include "tokenizer/tokenizer.h"
 
 namespace lmx::train {
@@ -27,6 +28,19 @@ struct ParamSet {
   std::vector<mx::array> values;
   bool training = false;  // dropout on
   float dropout = 0.0f;
+  // Full fine-tuning: the model's own arrays, values[i] mirrored into *targets[i], and their
+  // loaded values (the DPO reference).
+  std::vector<mx::array*> targets;
+  std::vector<mx::array> initial;
+  bool reference = false;  // adapters off: the DPO reference forward
+
+  void set(std::vector<mx::array> v) {
+    values = std::move(v);
+    sync();
+  }
+  void sync() {
+    for (size_t i = 0; i < targets.size(); ++i) *targets[i] = values[i];
+  }
 };
 
 // nn.Dropout when training: (bernoulli(1 - p) * x) * (1 / (1 - p)).
@@ -53,6 +67,7 @@ class TrainableDoRA : public nn::LinearAdapter {
       : p_(std::move(p)), base_(base), a_(a), b_(b), m_(m), scale_(scale) {}
   bool replaces_base() const override { return true; }
   mx::array operator()(const mx::array& x, const mx::array&) const override {
+    if (p_->reference) return base_(x);
     const mx::array& A = p_->values[a_];
     const mx::array& B = p_->values[b_];
     const mx::array w = base_weight(base_);
@@ -80,6 +95,7 @@ class TrainableLoRA : public nn::LinearAdapter {
   TrainableLoRA(std::shared_ptr<ParamSet> p, int a, int b, float scale)
       : p_(std::move(p)), a_(a), b_(b), scale_(scale) {}
   mx::array operator()(const mx::array& x, const mx::array& y) const override {
+    if (p_->reference) return y;
     mx::array z = mx::matmul(mx::matmul(dropout(*p_, x), p_->values[a_]), p_->values[b_]);
     return mx::add(y, mx::astype(mx::multiply(mx::array(scale_, z.dtype()), z), x.dtype()));
   }
@@ -136,7 +152,7 @@ class TrainSource : public nn::AdapterSource {
                                                                const nn::Linear& base, int in,
                                                                int out) override {
     auto local = selected(path);
-    if (!local) return {};
+    if (!local || o_.fine_tune_type == "full") return {};
     check(!base.all_reduce, path, "training a sharded layer is not supported");
     Slot s;
     s.path = path;
@@ -158,14 +174,14 @@ class TrainSource : public nn::AdapterSource {
   std::vector<std::shared_ptr<const nn::EmbeddingAdapter>> embedding(const std::string& path,
                                                                      const nn::Embedding&, int,
                                                                      int) override {
-    check(!selected(path), path,
+    check(o_.fine_tune_type == "full" || !selected(path), path,
           "training LoRA on embeddings is not supported yet, expected "
           "--keys (lora_parameters.keys) without this module");
     return {};
   }
   std::vector<std::shared_ptr<const nn::SwitchAdapter>> switch_linear(const std::string& path, int,
                                                                       int, int) override {
-    check(!selected(path), path,
+    check(o_.fine_tune_type == "full" || !selected(path), path,
           "training LoRA on mixture-of-experts layers is not supported "
           "yet, expected lora_parameters.keys without this module");
     return {};
@@ -326,6 +342,101 @@ std::vector<mx::array> default_loss(Model& model, const mx::array& batch, const 
   return {ce, ntoks};
 }
 
+// A preference batch (2B rows: chosen, then rejected): per row, the summed float32
+// log-probabilities of the answer's tokens (targets t with offset <= t + 1 < length) and their
+// count.
+std::pair<mx::array, mx::array> answer_logps(Model& model, const Batch& b, Cache& cache) {
+  const int B = b.tokens.shape(0), T = b.tokens.shape(1) - 1;
+  mx::array inputs = mx::slice(b.tokens, {0, 0}, {B, T});
+  mx::array targets = mx::slice(b.tokens, {0, 1}, {B, T + 1});
+  if (model.supports_layer_hook()) {
+    cache.clear();
+    for (int i = 0; i < model.num_layers(); ++i) cache.push_back(std::make_unique<NoCache>());
+  } else {
+    cache = model.make_cache();
+  }
+  mx::array logits = mx::astype(model(inputs, cache), mx::float32);
+  mx::array logp = mx::negative(cross_entropy(logits, targets));
+  mx::array steps = mx::arange(1, T + 1, mx::int32);
+  mx::array mask =
+      mx::astype(mx::logical_and(mx::greater_equal(steps, mx::slice(b.lengths, {0, 0}, {B, 1})),
+                                 mx::less(steps, mx::slice(b.lengths, {0, 1}, {B, 2}))),
+                 mx::float32);
+  return {mx::sum(mx::multiply(logp, mask), -1), mx::sum(mask, -1)};
+}
+
+// log(1 - exp(x)) for log-probabilities x < 0, x capped at -1e-7 (a probability of 1 has no odds).
+mx::array log1mexp(const mx::array& x) {
+  mx::array y = mx::minimum(x, mx::array(-1e-7f));
+  return mx::where(mx::greater(y, mx::array(static_cast<float>(-std::numbers::ln2))),
+                   mx::log(mx::negative(mx::expm1(y))), mx::log1p(mx::negative(mx::exp(y))));
+}
+
+// -log(sigmoid(z)) = log(1 + exp(-z)).
+mx::array neg_log_sigmoid(const mx::array& z) {
+  return mx::logaddexp(mx::negative(z), mx::array(0.0f));
+}
+
+// {loss, answer tokens (int32), reward margin} of a preference batch from the policy's sums and
+// counts (answer_logps) and, for DPO, the reference's sums.
+//   DPO (Rafailov et al. 2023, sigmoid loss):
+//     z = (pi_w - pi_l) - (ref_w - ref_l),  loss = mean(-log sigmoid(beta z)),
+//     rewards beta (pi - ref), margin = mean chosen reward - mean rejected reward.
+//   ORPO (Hong et al. 2024): p = per-token mean log-probability of an answer,
+//     log odds ratio r = (p_w - p_l) - (log(1 - e^p_w) - log(1 - e^p_l)),
+//     loss = mean(-p_w + lambda * -log sigmoid(r)),  rewards lambda p.
+std::vector<mx::array> preference_loss(const TrainOptions& o, const mx::array& sums,
+                                       const mx::array& counts,
+                                       const std::optional<mx::array>& ref) {
+  const int B = sums.shape(0) / 2;
+  auto half = [B](const mx::array& a, int i) { return mx::slice(a, {i * B}, {(i + 1) * B}); };
+  mx::array ntoks = mx::astype(mx::sum(counts), mx::int32);
+  if (o.train_mode == "dpo") {
+    const mx::array beta(static_cast<float>(o.beta));
+    mx::array chosen = mx::subtract(half(sums, 0), half(*ref, 0));
+    mx::array rejected = mx::subtract(half(sums, 1), half(*ref, 1));
+    mx::array z = mx::subtract(mx::subtract(half(sums, 0), half(sums, 1)),
+                               mx::subtract(half(*ref, 0), half(*ref, 1)));
+    mx::array loss = mx::mean(neg_log_sigmoid(mx::multiply(beta, z)));
+    mx::array margin =
+        mx::subtract(mx::multiply(beta, mx::mean(chosen)), mx::multiply(beta, mx::mean(rejected)));
+    return {loss, ntoks, mx::stop_gradient(margin)};
+  }
+  const mx::array lambda(static_cast<float>(o.lambda));
+  mx::array avg = mx::divide(sums, mx::maximum(counts, mx::array(1.0f)));
+  mx::array w = half(avg, 0), l = half(avg, 1);
+  mx::array r = mx::subtract(mx::subtract(w, l), mx::subtract(log1mexp(w), log1mexp(l)));
+  mx::array loss = mx::mean(mx::add(mx::negative(w), mx::multiply(lambda, neg_log_sigmoid(r))));
+  mx::array margin =
+      mx::subtract(mx::multiply(lambda, mx::mean(w)), mx::multiply(lambda, mx::mean(l)));
+  return {loss, ntoks, mx::stop_gradient(margin)};
+}
+
+// The DPO reference's answer sums: the model with its adapters off (a full fine-tune: its loaded
+// weights), evaluated before the policy's gradient.
+mx::array reference_logps(Model& model, ParamSet& p, const Batch& b) {
+  const std::vector<mx::array> saved = p.values;
+  const bool training = p.training;
+  p.training = false;
+  if (!p.targets.empty()) p.set(p.initial);
+  p.reference = true;
+  Cache cache;
+  mx::array sums = answer_logps(model, b, cache).first;
+  mx::eval(sums);
+  p.reference = false;
+  p.training = training;
+  if (!p.targets.empty()) p.set(saved);
+  return sums;
+}
+
+// The loss of one batch for o.train_mode: {loss, tokens} (sft), plus the reward margin.
+std::vector<mx::array> batch_loss(Model& model, ParamSet& p, const TrainOptions& o, const Batch& b,
+                                  const std::optional<mx::array>& ref, Cache& cache) {
+  if (o.train_mode == "sft") return default_loss(model, b.tokens, b.lengths, cache);
+  auto [sums, counts] = answer_logps(model, b, cache);
+  return preference_loss(o, sums, counts, ref);
+}
+
 // mlx.optimizers.schedulers evaluated at the optimizer's uint64 step (as arrays, for the same
 // float32 rounding).
 mx::array schedule_value(const Schedule& s, const mx::array& step) {
@@ -450,22 +561,42 @@ class Optimizer {
   mx::array lr_ = mx::array(0.0f);
 };
 
-// trainer.evaluate: the token-weighted mean loss over num_batches batches (-1: all).
-double evaluate(Model& model, const Dataset& data, const TrainOptions& o, int num_batches,
-                NumpyRandom& rng) {
+struct EvalResult {
+  double loss = 0.0;
+  std::optional<double> margin;  // dpo, orpo
+};
+
+// trainer.evaluate: the token-weighted mean loss over num_batches batches (-1: all). DPO and
+// ORPO: the mean of the batches' losses and reward margins.
+EvalResult evaluate(Model& model, ParamSet& p, const Dataset& data, const TrainOptions& o,
+                    int num_batches, NumpyRandom& rng) {
   BatchIterator it(data, o.batch_size, o.max_seq_length, false, rng);
+  const bool sft = o.train_mode == "sft";
   mx::array all_losses = mx::array(0.0f);
   mx::array ntokens = mx::array(0, mx::int32);
+  mx::array margins = mx::array(0.0f);
+  int batches = 0;
   for (int i = 0; num_batches == -1 || i < num_batches; ++i) {
     auto batch = it.next();
     if (!batch) break;
+    ++batches;
+    std::optional<mx::array> ref;
+    if (o.train_mode == "dpo") ref = reference_logps(model, p, *batch);
     Cache cache;
-    auto out = default_loss(model, batch->tokens, batch->lengths, cache);
-    all_losses = mx::add(all_losses, mx::multiply(out[0], out[1]));
-    ntokens = mx::add(ntokens, out[1]);
-    mx::eval({all_losses, ntokens});
+    auto out = batch_loss(model, p, o, *batch, ref, cache);
+    if (sft) {
+      all_losses = mx::add(all_losses, mx::multiply(out[0], out[1]));
+      ntokens = mx::add(ntokens, out[1]);
+    } else {
+      all_losses = mx::add(all_losses, out[0]);
+      margins = mx::add(margins, out[2]);
+    }
+    mx::eval({all_losses, ntokens, margins});
   }
-  return mx::divide(all_losses, ntokens).item<float>();
+  if (sft) return {mx::divide(all_losses, ntokens).item<float>(), std::nullopt};
+  check(batches > 0, data.source, "no batch to evaluate");
+  const mx::array n(static_cast<float>(batches));
+  return {mx::divide(all_losses, n).item<float>(), mx::divide(margins, n).item<float>()};
 }
 
 Weights adapter_weights(const ParamSet& p) {
@@ -478,9 +609,36 @@ void write_adapter_config(const TrainOptions& o) {
   fs::create_directories(o.adapter_path);
   json cfg = o.args;
   cfg.erase("_name_or_path");
+  // train_model sets args.lora_parameters = None before save_config for a full fine-tune.
+  if (o.fine_tune_type == "full") cfg["lora_parameters"] = nullptr;
   std::ofstream f(o.adapter_path / "adapter_config.json");
   check(f.good(), (o.adapter_path / "adapter_config.json").string(), "cannot write the file");
   f << cfg.dump(4) << "\n";
+}
+
+// --fine-tune-type full: every array of the last num_layers decoder layers trains (train_model
+// unfreezes model.layers[-max(num_layers, 0):], so 0 and -1 mean all).
+void bind_full(ParamSet& p, Model& model, const TrainOptions& o) {
+  const int n = model.num_layers();
+  const int first = o.num_layers > 0 ? n - o.num_layers : 0;
+  for (int i = first; i < n; ++i) {
+    auto* dense = dynamic_cast<nn::DenseDecoder*>(&model);
+    check(dense != nullptr, "lmx lora",
+          "--fine-tune-type full is not supported for this model_type yet, expected a llama-style "
+          "decoder (llama, qwen2, qwen3, ...)");
+    for (const auto& [name, a] : dense->layer_parameters(i)) {
+      // mlx-lm unfreezes the packed weights too, then fails in the backward pass with
+      // "[QuantizedMatmul::vjp] no gradient wrt the quantized weights".
+      check(!name.ends_with(".scales"), o.model.string(),
+            "--fine-tune-type full needs a float model, got a quantized layer (", name,
+            "): quantized weights have no gradient; train lora or dora on it, or fine-tune a "
+            "float copy (mlx_lm.convert --dequantize)");
+      p.names.push_back(name);
+      p.values.push_back(*a);
+      p.initial.push_back(*a);
+      p.targets.push_back(a);
+    }
+  }
 }
 
 void resume(ParamSet& p, const fs::path& file) {
@@ -496,6 +654,7 @@ void resume(ParamSet& p, const fs::path& file) {
     p.values[i] = a;
   }
   mx::eval(p.values);
+  p.sync();
 }
 
 struct Clock {
@@ -562,8 +721,16 @@ TrainOptions TrainOptions::from_args(const json& args) {
   o.train = v.get<bool>("train", false);
   o.test = v.get<bool>("test", false);
   o.fine_tune_type = v.get<std::string>("fine_tune_type", "lora");
-  check(o.fine_tune_type == "lora" || o.fine_tune_type == "dora", v.source, "--fine-tune-type ",
-        o.fine_tune_type, " is not supported yet, expected lora or dora");
+  o.train_mode = v.get<std::string>("train_mode", "sft");
+  check(o.train_mode == "sft" || o.train_mode == "dpo" || o.train_mode == "orpo", v.source,
+        "unknown train_mode '", o.train_mode, "', expected sft, dpo or orpo");
+  o.beta = v.get<double>("beta", 0.1);
+  o.lambda = v.get<double>("lambda", 0.1);
+  check(o.beta > 0, v.source, "beta must be positive, got ", o.beta);
+  check(o.lambda >= 0, v.source, "lambda must not be negative, got ", o.lambda);
+  check(o.fine_tune_type == "lora" || o.fine_tune_type == "dora" || o.fine_tune_type == "full",
+        v.source, "Received unknown fine-tune-type ", o.fine_tune_type,
+        ", expected lora, dora or full");
   o.optimizer = v.get<std::string>("optimizer", "adam");
   for (auto& c : o.optimizer) c = static_cast<char>(std::tolower(c));
   if (v.has("optimizer_config")) o.optimizer_config = args["optimizer_config"];
@@ -598,7 +765,9 @@ TrainOptions TrainOptions::from_args(const json& args) {
     sc.warmup_init = s.get<double>("warmup_init", 0.0);
     o.lr_schedule = sc;
   }
-  const json lp = v.has("lora_parameters") ? args["lora_parameters"] : json::object();
+  const json lp = v.has("lora_parameters")     ? args["lora_parameters"]
+                  : o.fine_tune_type == "full" ? json{{"scale", 20.0}}
+                                               : json::object();
   const JsonView l{lp, "lora_parameters"};
   check(l.has("scale"), l.source, "missing required key 'scale'",
         lp.contains("alpha") ? " (found 'alpha': mlx-lm's LoRA config uses 'scale')" : "");
@@ -609,12 +778,16 @@ TrainOptions TrainOptions::from_args(const json& args) {
   check(o.dropout >= 0.0f && o.dropout < 1.0f, l.source, "dropout must be in [0, 1)");
   if (l.has("keys")) o.keys = l.get<std::vector<std::string>>("keys");
   o.data_options.mask_prompt = v.get<bool>("mask_prompt", false);
+  o.data_options.preference = o.train_mode != "sft";
   o.data_options.text_feature = v.get<std::string>("text_feature", "text");
   o.data_options.prompt_feature = v.get<std::string>("prompt_feature", "prompt");
   o.data_options.completion_feature = v.get<std::string>("completion_feature", "completion");
   o.data_options.chat_feature = v.get<std::string>("chat_feature", "messages");
   if (v.has("metrics_file")) o.metrics_file = v.get<std::string>("metrics_file");
   check(o.train || o.test, v.source, "Must provide at least one of --train or --test");
+  check(o.train || o.train_mode != "dpo", v.source,
+        "--test with --train-mode dpo needs --train (the reference is the model without the "
+        "adapter, which a test-only run does not keep)");
   return o;
 }
 
@@ -656,9 +829,14 @@ void run(const TrainOptions& o, const MetricsCallback& on_metrics) {
     TrainSource source(params, o);
     size_t total = 0;
     model = load_trainable(o.model, source, &total);
-    check(!source.slots().empty(), "lmx lora",
-          "no layer matched the LoRA keys, expected module names such as self_attn.q_proj");
-    source.initialize(o.seed);
+    if (o.fine_tune_type == "full") {
+      mx::random::seed(static_cast<uint64_t>(o.seed));
+      bind_full(*params, *model, o);
+    } else {
+      check(!source.slots().empty(), "lmx lora",
+            "no layer matched the LoRA keys, expected module names such as self_attn.q_proj");
+      source.initialize(o.seed);
+    }
     if (o.resume_adapter_file) {
       std::printf("Loading fine-tuned weights from %s\n", o.resume_adapter_file->c_str());
       resume(*params, *o.resume_adapter_file);
@@ -673,11 +851,12 @@ void run(const TrainOptions& o, const MetricsCallback& on_metrics) {
     std::vector<int> argnums(params->values.size());
     std::iota(argnums.begin(), argnums.end(), 0);
     const Batch* current = nullptr;
+    std::optional<mx::array> current_ref;
     Cache step_cache;
     auto loss_and_grad = mx::value_and_grad(
         [&](const std::vector<mx::array>& ps) {
-          params->values = ps;
-          return default_loss(*model, current->tokens, current->lengths, step_cache);
+          params->set(ps);
+          return batch_loss(*model, *params, o, *current, current_ref, step_cache);
         },
         argnums);
     if (o.grad_checkpoint) {
@@ -692,9 +871,9 @@ void run(const TrainOptions& o, const MetricsCallback& on_metrics) {
         in.push_back(x);
         auto run = mx::checkpoint([params, f, n](const std::vector<mx::array>& in) {
           const std::vector<mx::array> saved = params->values;
-          params->values.assign(in.begin(), in.begin() + n);
+          params->set({in.begin(), in.begin() + n});
           std::vector<mx::array> out{f(in[n])};
-          params->values = saved;
+          params->set(saved);
           return out;
         });
         return run(in)[0];
@@ -704,7 +883,8 @@ void run(const TrainOptions& o, const MetricsCallback& on_metrics) {
     std::printf("Starting training..., iters: %d\n", o.iters);
     std::fflush(stdout);
     BatchIterator train_it(train_set, o.batch_size, o.max_seq_length, true, rng);
-    std::optional<mx::array> losses, n_tokens;
+    const bool sft = o.train_mode == "sft";
+    std::optional<mx::array> losses, n_tokens, margins;
     std::optional<std::vector<mx::array>> accum;
     int steps = 0;
     long long trained_tokens = 0;
@@ -715,19 +895,26 @@ void run(const TrainOptions& o, const MetricsCallback& on_metrics) {
       if (valid_set.size() > 0 && (it == 1 || it % o.steps_per_eval == 0 || it == o.iters)) {
         params->training = false;
         Clock vt;
-        const double val_loss = evaluate(*model, valid_set, o, o.val_batches, rng);
+        const EvalResult val = evaluate(*model, *params, valid_set, o, o.val_batches, rng);
         const double val_time = vt.seconds();
-        std::printf("Iter %d: Val loss %.3f, Val took %.3fs\n", it, val_loss, val_time);
+        json report = {{"iteration", it - 1}, {"val_loss", val.loss}, {"val_time", val_time}};
+        if (val.margin) {
+          std::printf("Iter %d: Val loss %.3f, Val reward margin %.3f, Val took %.3fs\n", it,
+                      val.loss, *val.margin, val_time);
+          report["reward_margin"] = *val.margin;
+        } else {
+          std::printf("Iter %d: Val loss %.3f, Val took %.3fs\n", it, val.loss, val_time);
+        }
         std::fflush(stdout);
-        emit(o, metrics.get(), on_metrics,
-             {{"iteration", it - 1}, {"val_loss", val_loss}, {"val_time", val_time}});
+        emit(o, metrics.get(), on_metrics, report);
         tic = Clock{};
       }
       params->training = true;
       current = &batch;
+      if (o.train_mode == "dpo") current_ref = reference_logps(*model, *params, batch);
       const std::vector<mx::array> saved = params->values;
       auto [values, grads] = loss_and_grad(saved);
-      params->values = saved;
+      params->set(saved);
       if (accum)
         for (size_t i = 0; i < grads.size(); ++i) grads[i] = mx::add(grads[i], (*accum)[i]);
       if (it % o.grad_accumulation_steps == 0) {
@@ -735,43 +922,56 @@ void run(const TrainOptions& o, const MetricsCallback& on_metrics) {
           for (auto& g : grads)
             g = mx::divide(g, mx::array(static_cast<float>(o.grad_accumulation_steps)));
         opt.update(params->values, grads);
+        params->sync();
         accum.reset();
       } else {
         accum = grads;
       }
       losses = losses ? mx::add(*losses, values[0]) : values[0];
       n_tokens = n_tokens ? mx::add(*n_tokens, values[1]) : values[1];
+      if (!sft) margins = margins ? mx::add(*margins, values[2]) : values[2];
       ++steps;
       std::vector<mx::array> to_eval = params->values;
       for (const auto& s : opt.state()) to_eval.push_back(s);
       to_eval.push_back(*losses);
       to_eval.push_back(*n_tokens);
+      if (margins) to_eval.push_back(*margins);
       if (accum) to_eval.insert(to_eval.end(), accum->begin(), accum->end());
       mx::eval(to_eval);
       train_time += tic.seconds();
 
       if (it % o.steps_per_report == 0 || it == o.iters) {
-        const double train_loss = losses->item<float>() / steps;
+        // mlx-lm: losses.item() / steps, a Python float (double) division.
+        const double train_loss = static_cast<double>(losses->item<float>()) / steps;
         const long long ntok = n_tokens->item<int32_t>();
         const double lr = opt.learning_rate().item<float>();
         const double it_sec = o.steps_per_report / train_time;
         const double tok_sec = ntok / train_time;
         trained_tokens += ntok;
         const double peak = mx::get_peak_memory() / 1e9;
+        std::string margin_text;
+        json report = {{"iteration", it},
+                       {"train_loss", train_loss},
+                       {"learning_rate", lr},
+                       {"iterations_per_second", it_sec},
+                       {"tokens_per_second", tok_sec},
+                       {"trained_tokens", trained_tokens},
+                       {"peak_memory", peak}};
+        if (margins) {
+          const double margin = static_cast<double>(margins->item<float>()) / steps;
+          report["reward_margin"] = margin;
+          char buf[64];
+          std::snprintf(buf, sizeof(buf), ", Reward margin %.3f", margin);
+          margin_text = buf;
+        }
         std::printf(
-            "Iter %d: Train loss %.3f, Learning Rate %.3e, It/sec %.3f, Tokens/sec %.3f, "
+            "Iter %d: Train loss %.3f%s, Learning Rate %.3e, It/sec %.3f, Tokens/sec %.3f, "
             "Trained Tokens %lld, Peak mem %.3f GB\n",
-            it, train_loss, lr, it_sec, tok_sec, trained_tokens, peak);
+            it, train_loss, margin_text.c_str(), lr, it_sec, tok_sec, trained_tokens, peak);
         std::fflush(stdout);
-        emit(o, metrics.get(), on_metrics,
-             {{"iteration", it},
-              {"train_loss", train_loss},
-              {"learning_rate", lr},
-              {"iterations_per_second", it_sec},
-              {"tokens_per_second", tok_sec},
-              {"trained_tokens", trained_tokens},
-              {"peak_memory", peak}});
+        emit(o, metrics.get(), on_metrics, report);
         losses.reset();
+        margins.reset();
         n_tokens.reset();
         steps = 0;
         train_time = 0;
@@ -797,11 +997,17 @@ void run(const TrainOptions& o, const MetricsCallback& on_metrics) {
   if (o.test) {
     params->training = false;
     std::printf("Testing\n");
-    const double test_loss = evaluate(*model, test_set, o, o.test_batches, rng);
-    const double ppl = std::exp(test_loss);
-    std::printf("Test loss %.3f, Test ppl %.3f.\n", test_loss, ppl);
+    const EvalResult test = evaluate(*model, *params, test_set, o, o.test_batches, rng);
+    if (test.margin) {
+      std::printf("Test loss %.3f, Test reward margin %.3f.\n", test.loss, *test.margin);
+      emit(o, metrics.get(), on_metrics,
+           {{"test_loss", test.loss}, {"reward_margin", *test.margin}});
+    } else {
+      const double ppl = std::exp(test.loss);
+      std::printf("Test loss %.3f, Test ppl %.3f.\n", test.loss, ppl);
+      emit(o, metrics.get(), on_metrics, {{"test_loss", test.loss}, {"test_ppl", ppl}});
+    }
     std::fflush(stdout);
-    emit(o, metrics.get(), on_metrics, {{"test_loss", test_loss}, {"test_ppl", ppl}});
   }
 }
 

@@ -32,6 +32,12 @@ struct TrainOptions {
   bool train = false;
   bool test = false;
   std::string fine_tune_type = "lora";
+  // sft: mlx-lm's next-token loss. dpo (beta; the reference is the model without the adapter,
+  // or the initial weights of a full fine-tune) and orpo (lambda, reference-free) train on
+  // prompt / chosen / rejected rows.
+  std::string train_mode = "sft";
+  double beta = 0.1;
+  double lambda = 0.1;
   std::string optimizer = "adam";  // adam or adamw
   // optimizer_config[optimizer]: betas, eps, bias_correction, weight_decay (adamw).
   json optimizer_config = json::object();
@@ -69,7 +75,8 @@ json default_args();
 
 // One report: {"iteration", "train_loss", "learning_rate", "iterations_per_second",
 // "tokens_per_second", "trained_tokens", "peak_memory"}, {"iteration", "val_loss", "val_time"}
-// or {"test_loss", "test_ppl"}, as mlx-lm's training callbacks get them.
+// or {"test_loss", "test_ppl"}, as mlx-lm's training callbacks get them. DPO and ORPO reports
+// add "reward_margin" (train and val: the mean chosen minus rejected reward).
 using MetricsCallback = std::function<void(const json&)>;
 
 // --train and / or --test. Prints mlx-lm-style progress lines to stdout.

@@ -7,6 +7,7 @@
 // mlx_lm.fuse's (quantized modules re-quantized with their spec; --dequantize).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -112,7 +113,7 @@ TEST_P(TrainParity, LossesAdapterAndLogitsEqualMlxLm) {
 
 INSTANTIATE_TEST_SUITE_P(Rows, TrainParity,
                          ::testing::Values("llama_f32_text", "llama_q4_completions",
-                                           "llama_q4_dora_chat"));
+                                           "llama_q4_dora_chat", "llama_f32_full"));
 
 // --resume-adapter-file with mlx-lm's final adapter and a learning rate of 0: the saved adapter is
 // the file resumed from, and the test loss is mlx-lm's after its training (the test set is one
@@ -193,11 +194,150 @@ TEST(Train, BadInputNamesFileAndLine) {
     EXPECT_NE(std::string(e.what()).find("has shape [64, 8], expected [64, 4]"), std::string::npos)
         << e.what();
   }
+  // Full fine-tuning of a quantized base: refused before training (mlx-lm fails in its first
+  // backward pass: the packed weights have no gradient).
+  try {
+    train_row("llama_q4_completions", [&](json& a) {
+      a["fine_tune_type"] = "full";
+      a["num_layers"] = 1;
+    });
+    ADD_FAILURE() << "no error for a full fine-tune of a 4-bit model";
+  } catch (const Error& e) {
+    EXPECT_NE(
+        std::string(e.what()).find("--fine-tune-type full needs a float model, got a "
+                                   "quantized layer (model.layers.1.self_attn.q_proj.scales)"),
+        std::string::npos)
+        << e.what();
+  }
   try {
     train_row("llama_f32_text", [&](json& a) { a["num_layers"] = 3; });
     ADD_FAILURE() << "no error for 3 layers of 2";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("Requested to train 3 layers but the model only has 2"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+// --train-mode dpo|orpo against scripts/gen_pref_fixtures.py (the papers' losses written in
+// Python over mlx-lm's model, LoRA layers and mlx's Adam, the same batches): every train loss,
+// reward margin, learning rate and token count, and every validation loss and margin, equal the
+// reference's bit for bit, and so do the trained adapter's tensors.
+class PreferenceParity : public ::testing::TestWithParam<std::string> {};
+
+TrainRun train_pref(const std::string& row, const std::function<void(json&)>& edit = {}) {
+  const fs::path dir = test::data_path("pref/" + row);
+  json args = read_json_file(dir / "reference.json").at("args");
+  TrainRun r;
+  r.adapter = scratch(row);
+  args["model"] = (dir / "model").string();
+  args["data"] = (dir / "data").string();
+  args["adapter_path"] = r.adapter.string();
+  args["train"] = true;
+  if (edit) edit(args);
+  train::run(train::TrainOptions::from_args(args), [&](const json& j) { r.reports.push_back(j); });
+  return r;
+}
+
+TEST_P(PreferenceParity, LossesAndMarginsEqualTheReference) {
+  const std::string row = GetParam();
+  const fs::path dir = test::data_path("pref/" + row);
+  const json want = read_json_file(dir / "reference.json").at("reports");
+  TrainRun r = train_pref(row);
+  ASSERT_EQ(r.reports.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    SCOPED_TRACE("report " + std::to_string(i) + ": " + want[i].dump());
+    const json& g = r.reports[i];
+    EXPECT_EQ(g.at("iteration"), want[i].at("iteration"));
+    for (const char* k : {"train_loss", "val_loss", "reward_margin", "learning_rate"}) {
+      if (want[i].contains(k)) {
+        EXPECT_EQ(g.at(k).get<double>(), want[i].at(k).get<double>()) << k;
+      }
+    }
+    if (want[i].contains("trained_tokens")) {
+      EXPECT_EQ(g.at("trained_tokens").get<long long>(),
+                want[i].at("trained_tokens").get<long long>());
+    }
+  }
+  expect_same_tensors(r.adapter / "adapters.safetensors", dir / "adapters.safetensors");
+  EXPECT_EQ(read_json_file(r.adapter / "adapter_config.json").at("train_mode"),
+            read_json_file(dir / "reference.json").at("args").at("train_mode"));
+  if (row == "dpo_toy") {
+    // 200 steps on a learnable preference (the chosen answer repeats the prompt): the chosen
+    // answers are preferred on training and held-out rows.
+    const json& last_train = r.reports.back();
+    EXPECT_LT(last_train.at("train_loss").get<double>(), 0.4);
+    EXPECT_GT(last_train.at("reward_margin").get<double>(), 1.0);
+    const json& last_val = r.reports[r.reports.size() - 2];
+    ASSERT_TRUE(last_val.contains("val_loss"));
+    EXPECT_LT(last_val.at("val_loss").get<double>(), 0.69);
+    EXPECT_GT(last_val.at("reward_margin").get<double>(), 0.5);
+  }
+  fs::remove_all(r.adapter);
+}
+
+INSTANTIATE_TEST_SUITE_P(Rows, PreferenceParity,
+                         ::testing::Values("dpo_lora", "orpo_lora", "dpo_toy"));
+
+// DPO on a full fine-tune: the reference is the loaded weights, not the moving policy. The first
+// step's policy is the reference (z = 0: loss log 2, margin 0); after updates the loss and margin
+// move (a reference that followed the policy would keep them at log 2 and 0).
+TEST(Preference, FullFineTuneDpoKeepsTheLoadedReference) {
+  TrainRun r = train_pref("dpo_lora", [](json& a) {
+    a["fine_tune_type"] = "full";
+    a["num_layers"] = 1;
+    a["iters"] = 4;
+    a["steps_per_eval"] = 100;
+    a["learning_rate"] = 1e-3;
+  });
+  std::vector<json> train;
+  for (const json& j : r.reports)
+    if (j.contains("train_loss")) train.push_back(j);
+  ASSERT_EQ(train.size(), 4u);
+  EXPECT_EQ(train[0].at("train_loss").get<double>(), static_cast<double>(std::log(2.0f)));
+  EXPECT_EQ(train[0].at("reward_margin").get<double>(), 0.0);
+  EXPECT_NE(train[3].at("train_loss").get<double>(), train[0].at("train_loss").get<double>());
+  EXPECT_NE(train[3].at("reward_margin").get<double>(), 0.0);
+  const Weights saved = load_safetensors(r.adapter / "adapters.safetensors");
+  EXPECT_TRUE(saved.count("model.layers.1.mlp.down_proj.weight"));
+  fs::remove_all(r.adapter);
+}
+
+TEST(Preference, BadRowsNameFileAndLine) {
+  const fs::path dir = test::data_path("pref/dpo_lora");
+  const fs::path data = scratch("bad_pref");
+  fs::create_directories(data);
+  auto expect_error = [&](const std::string& train_jsonl, const std::string& needle,
+                          const std::string& mode = "dpo") {
+    std::ofstream(data / "train.jsonl") << train_jsonl;
+    try {
+      train_pref("dpo_lora", [&](json& a) {
+        a["data"] = data.string();
+        a["train_mode"] = mode;
+      });
+      ADD_FAILURE() << "no error for " << train_jsonl;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  const std::string file = (data / "train.jsonl").string();
+  const std::string ok = R"({"prompt": "a b", "chosen": "c", "rejected": "d"})";
+  expect_error(ok + "\n" + R"({"prompt": "a", "rejected": "d"})" + "\n",
+               file + ":2] row is missing 'chosen', which the prompt/chosen/rejected");
+  expect_error(ok + "\n\n" + R"({"prompt": "a", "chosen": "d"})" + "\n",
+               file + ":3] row is missing 'rejected'", "orpo");
+  expect_error(R"({"prompt": "a", "chosen": 1, "rejected": "d"})"
+               "\n",
+               file + ":1] 'chosen' must be a string");
+  expect_error(R"({"text": "a"})"
+               "\n",
+               file + ":1] row is missing 'prompt'");
+  fs::remove_all(data);
+  try {
+    train_pref("dpo_lora", [&](json& a) { a["train_mode"] = "kto"; });
+    ADD_FAILURE() << "no error for train_mode kto";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("unknown train_mode 'kto', expected sft, dpo or orpo"),
               std::string::npos)
         << e.what();
   }
@@ -211,7 +351,8 @@ void expect_same_model(const fs::path& ours, const fs::path& theirs) {
 }
 
 TEST(Fuse, TensorsEqualMlxLmFuse) {
-  for (const std::string row : {"llama_f32_text", "llama_q4_completions", "llama_q4_dora_chat"}) {
+  for (const std::string row :
+       {"llama_f32_text", "llama_q4_completions", "llama_q4_dora_chat", "llama_f32_full"}) {
     SCOPED_TRACE(row);
     const fs::path dir = test::data_path("train/" + row);
     const fs::path out = scratch("fuse_" + row);

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-"""`lmx lora -c config.yaml` on the tiny llama of scripts/gen_train_fixtures.py (row
-llama_f32_text, mlx_lm.lora's arguments written as YAML), then the adapter lmx saved loaded by
-mlx_lm.load(model, adapter_path=...): its logits equal the reference's (mlx-lm's own adapter
-from the same run), bit for bit, and the adapter tensors equal mlx-lm's."""
+"""`lmx lora -c config.yaml` on the tiny llama of scripts/gen_train_fixtures.py (rows
+llama_f32_text: LoRA, llama_f32_full: --fine-tune-type full; mlx_lm.lora's arguments written as
+YAML), then the adapter lmx saved loaded by mlx_lm.load(model, adapter_path=...): its logits equal
+the reference's (mlx-lm's own adapter from the same run), bit for bit, and the adapter tensors
+equal mlx-lm's."""
 
 import json
 import os
@@ -15,12 +16,18 @@ from pathlib import Path
 import mlx.core as mx
 from mlx_lm.utils import load
 
-DATA = Path(os.environ.get("LMX_TEST_DATA", "build/testdata")) / "train" / "llama_f32_text"
+ROOT = Path(os.environ.get("LMX_TEST_DATA", "build/testdata")) / "train"
 LMX = os.environ.get("LMX_BINARY", "build/lmx")
 
 
 class MlxLoadsLmxAdapter(unittest.TestCase):
     def test_logits(self):
+        self.check_row(ROOT / "llama_f32_text")
+
+    def test_full_fine_tune_logits(self):
+        self.check_row(ROOT / "llama_f32_full")
+
+    def check_row(self, DATA):
         ref = json.loads((DATA / "reference.json").read_text())
         with tempfile.TemporaryDirectory() as tmp:
             adapter = Path(tmp) / "adapter"
