@@ -1,0 +1,224 @@
+// The Qwen3-Next / Qwen3.5 hybrids' linear-attention state (ArraysCache) beyond the parity table:
+// a prompt cache saved and loaded continues exactly as the cache in memory (and as mlx-lm), the
+// state refuses trim and speculative rollback by name, prefix reuse takes only whole entries, and
+// config errors name config.json and the key.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "cache/arrays_cache.h"
+#include "cache/prompt_cache.h"
+#include "cache/prompt_cache_lru.h"
+#include "core/error.h"
+#include "core/json.h"
+#include "generate/speculative.h"
+#include "io/safetensors.h"
+#include "models/model.h"
+#include "test_util.h"
+
+namespace lmx {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Recorded {
+  std::vector<mx::array> tokens, logits;
+  std::vector<std::string> kinds;
+};
+
+Recorded recorded(const fs::path& dir) {
+  const json meta = read_json_file(dir / "reference.json");
+  const Weights arrays = load_safetensors(dir / "reference.safetensors");
+  Recorded r;
+  for (const auto& c : meta.at("calls")) {
+    const std::string key = c.at("key").get<std::string>();
+    r.tokens.push_back(arrays.at(key + ".tokens"));
+    r.logits.push_back(arrays.at(key + ".logits"));
+    r.kinds.push_back(c.at("kind").get<std::string>());
+  }
+  return r;
+}
+
+bool identical(const mx::array& a, const mx::array& b) {
+  return a.shape() == b.shape() && a.dtype() == b.dtype() &&
+         mx::array_equal(a, b, /*equal_nan=*/false).item<bool>();
+}
+
+void eval_cache(const Cache& cache) {
+  std::vector<mx::array> s;
+  for (const auto& c : cache)
+    for (const auto& a : c->state()) s.push_back(a);
+  mx::eval(s);
+}
+
+fs::path temp_file(const std::string& name) {
+  return fs::temp_directory_path() / ("lmx_hybrid_" + std::to_string(::getpid()) + "_" + name);
+}
+
+class Hybrid : public ::testing::TestWithParam<std::string> {};
+
+// After the prefill chunks the cache is saved and loaded; the rest of mlx-lm's run (the last
+// prompt token and the decode steps) on the loaded cache and on the one in memory both give
+// mlx-lm's logits, every bit.
+TEST_P(Hybrid, PromptCacheRoundTripContinuesAsInMemory) {
+  const fs::path dir = test::data_path("parity/" + GetParam());
+  const Recorded ref = recorded(dir);
+  LoadedWeights loaded = load_model(dir, {.exact = true});
+  Model& model = *loaded.model;
+  Cache cache = model.make_cache();
+  size_t i = 0;
+  for (; ref.kinds[i] == "prefill"; ++i) {
+    mx::eval(model(ref.tokens[i], cache));
+    eval_cache(cache);
+  }
+  ASSERT_GT(i, 0u);
+  const fs::path file = temp_file(GetParam() + ".safetensors");
+  save_prompt_cache(file, cache, {{"row", GetParam()}});
+  PromptCache back = load_prompt_cache(file);
+  fs::remove(file);
+  EXPECT_EQ(back.metadata.at("row"), GetParam());
+  ASSERT_EQ(back.cache.size(), cache.size());
+  int linear = 0;
+  for (size_t l = 0; l < cache.size(); ++l) {
+    EXPECT_EQ(back.cache[l]->offset(), cache[l]->offset()) << "layer " << l;
+    if (dynamic_cast<ArraysCache*>(back.cache[l].get())) ++linear;
+  }
+  EXPECT_GT(linear, 0);
+  for (; i < ref.tokens.size(); ++i) {
+    mx::array mem = model(ref.tokens[i], cache);
+    mx::array disk = model(ref.tokens[i], back.cache);
+    mx::eval(mem, disk);
+    EXPECT_TRUE(identical(mem, ref.logits[i])) << "call " << i << " in memory";
+    EXPECT_TRUE(identical(disk, ref.logits[i])) << "call " << i << " after save/load";
+  }
+}
+
+// trim refuses by name, speculative decoding refuses the model before it runs, and a hybrid
+// prompt-cache entry is reused only when all its tokens are a prefix of the new prompt.
+TEST_P(Hybrid, StateRefusesRollbackAndPartialReuse) {
+  const fs::path dir = test::data_path("parity/" + GetParam());
+  LoadedWeights loaded = load_model(dir, {.exact = true});
+  Model& model = *loaded.model;
+  const std::vector<int> tokens = {5, 9, 2, 7, 11, 3, 8, 1, 4, 6};
+  auto prefilled = [&] {
+    Cache c = model.make_cache();
+    mx::eval(model(mx::array(tokens.data(), {1, static_cast<int>(tokens.size())}, mx::int32), c));
+    eval_cache(c);
+    return c;
+  };
+  Cache cache = prefilled();
+  ArraysCache* state = dynamic_cast<ArraysCache*>(cache[0].get());
+  ASSERT_NE(state, nullptr);
+  EXPECT_FALSE(state->is_trimmable());
+  EXPECT_EQ(state->offset(), static_cast<int>(tokens.size()));
+  EXPECT_EQ(state->trim(0), 0);
+  try {
+    state->trim(2);
+    ADD_FAILURE() << "trim(2) on an ArraysCache did not throw";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("[ArraysCache] cannot trim 2 tokens"), std::string::npos)
+        << e.what();
+  }
+
+  GenerateOptions opt;
+  opt.max_tokens = 4;
+  opt.prompt_lookup = 2;
+  Cache fresh = model.make_cache();
+  Drafter drafter;
+  drafter.prompt_lookup = 2;
+  try {
+    SpeculativeGenerator gen(model, fresh, {}, tokens, opt, drafter);
+    ADD_FAILURE() << "speculative decoding accepted a model with a linear-attention state";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("cache layer 0 cannot be rolled back"), std::string::npos)
+        << e.what();
+  }
+
+  PromptCacheLRU lru(4, std::nullopt);
+  lru.put("m", tokens, prefilled());
+  // Shares only 5 tokens: reusing them would need the state of 5 tokens, which is gone.
+  std::vector<int> other(tokens.begin(), tokens.begin() + 5);
+  other.insert(other.end(), {99, 98, 97});
+  EXPECT_FALSE(lru.take("m", other).has_value());
+  EXPECT_EQ(lru.entries(), 1u);
+  // The conversation continued: all 10 cached tokens are reused, untrimmed.
+  std::vector<int> longer = tokens;
+  longer.insert(longer.end(), {12, 13});
+  auto hit = lru.take("m", longer);
+  ASSERT_TRUE(hit.has_value());
+  EXPECT_EQ(hit->reused, tokens.size());
+  EXPECT_EQ(hit->cache[0]->offset(), static_cast<int>(tokens.size()));
+  // And it continues exactly as the cache that never left memory.
+  mx::array next(longer.data() + tokens.size(), {1, 2}, mx::int32);
+  mx::array a = model(next, hit->cache), b = model(next, cache);
+  mx::eval(a, b);
+  EXPECT_TRUE(identical(a, b));
+}
+
+INSTANTIATE_TEST_SUITE_P(Rows, Hybrid, ::testing::Values("qwen3_next_f32", "qwen3_next_q4_g64"),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           return info.param;
+                         });
+
+// A config missing a key the family needs, or with an unknown or inconsistent layer_types entry:
+// the error names config.json and the key.
+class HybridConfig : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    src_ = fs::absolute(test::data_path("parity/qwen3_next_dense"));
+    dir_ = fs::temp_directory_path() / ("lmx_hybrid_cfg_" + std::to_string(::getpid()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    for (const auto& e : fs::directory_iterator(src_))
+      if (e.path().filename() != "config.json")
+        fs::create_symlink(e.path(), dir_ / e.path().filename());
+    config_ = read_json_file(src_ / "config.json");
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  std::string load_error() {
+    std::ofstream(dir_ / "config.json") << config_.dump();
+    try {
+      load_model(dir_, {.exact = true});
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "(no error)";
+  }
+
+  fs::path src_, dir_;
+  json config_;
+};
+
+TEST_F(HybridConfig, MissingKeysAreNamed) {
+  for (const char* key : {"linear_conv_kernel_dim", "linear_num_value_heads",
+                          "partial_rotary_factor", "mlp_only_layers", "head_dim"}) {
+    json saved = config_;
+    config_.erase(key);
+    EXPECT_EQ(load_error(), std::string("[config.json] missing required key '") + key + "'");
+    config_ = saved;
+  }
+}
+
+TEST_F(HybridConfig, LayerTypesMustBeKnownAndAgreeWithTheInterval) {
+  config_["layer_types"] = {"linear_attention", "linear_attention", "sliding_attention",
+                            "full_attention"};
+  EXPECT_EQ(load_error(),
+            "[config.json] layer_types entry 2 \"sliding_attention\" is not supported, expected "
+            "\"linear_attention\" or \"full_attention\"");
+  config_["layer_types"] = {"linear_attention", "full_attention", "linear_attention",
+                            "full_attention"};
+  EXPECT_EQ(load_error(),
+            "[config.json] layer_types entry 1 is \"full_attention\", expected "
+            "\"linear_attention\" (full_attention_interval 4)");
+  config_["layer_types"] = {"linear_attention", "linear_attention", "linear_attention",
+                            "full_attention"};
+  EXPECT_EQ(load_error(), "(no error)");
+}
+
+}  // namespace
+}  // namespace lmx
