@@ -338,6 +338,38 @@ QWEN3_NEXT = dict(
     full_attention_interval=4,
 )
 
+# Qwen3.5: the multimodal wrapper's text model (text_config; tensors under language_model.), the
+# qwen3_next hybrid with separate in_proj_qkv / z / b / a, RoPE from rope_parameters (a third of
+# head_dim 24 -> 8 dims), A_log kept in float32 by its cast_predicate; 3 value heads per key head.
+QWEN3_5_TEXT = dict(
+    hidden_size=64,
+    num_hidden_layers=4,
+    intermediate_size=128,
+    num_attention_heads=4,
+    num_key_value_heads=1,
+    head_dim=24,
+    linear_num_value_heads=6,
+    linear_num_key_heads=2,
+    linear_key_head_dim=32,
+    linear_value_head_dim=16,
+    linear_conv_kernel_dim=3,
+    rms_norm_eps=1e-6,
+    vocab_size=288,
+    max_position_embeddings=512,
+    tie_word_embeddings=True,
+    full_attention_interval=2,
+    rope_parameters=dict(rope_type="default", mrope_section=[2, 1, 1], rope_theta=10000000,
+                         partial_rotary_factor=0.34),
+)
+QWEN3_5 = dict(model_type="qwen3_5", vocab_size=288, text_config=QWEN3_5_TEXT)
+# Qwen3.5 MoE: 2 of 4 experts and a gated shared expert on every layer, untied head.
+QWEN3_5_MOE = dict(
+    model_type="qwen3_5_moe",
+    vocab_size=288,
+    text_config=dict(QWEN3_5_TEXT, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=64,
+                     shared_expert_intermediate_size=64, tie_word_embeddings=False),
+)
+
 
 def row(
     name,
@@ -554,6 +586,12 @@ ROWS = [
     row("qwen3_next_dense_q8_g64_p100_d100", QWEN3_NEXT, 101, 32, quant=q(8), num_experts=0,
         decode=100),
     row("qwen3_next_kv8_g32", QWEN3_NEXT, 30, 8, num_experts=0, kv=kv(8, 32, 0)),
+    # --- qwen3_5 / qwen3_5_moe (float experts in f32; 4-bit with the 8-bit router of its
+    # quant_predicate), the MoE experts also saved as Hugging Face's fused gate_up_proj ---
+    row("qwen3_5", QWEN3_5, 25, 8),
+    row("qwen3_5_q4_g64", QWEN3_5, 19, 2048, quant=q(4)),
+    row("qwen3_5_moe_f32", QWEN3_5_MOE, 30, 8, dtype="float32", hf_experts=True),
+    row("qwen3_5_moe_q4_g64", QWEN3_5_MOE, 33, 8, quant=q(4)),
     # --- 16-byte aligned widths (A512): the quantized rows that also run on CUDA ---
     row("llama_a512_q4_g64", LLAMA, 19, 8, quant=q(4), **A512),
     row("llama_a512_q4_g32", LLAMA, 12, 2048, quant=q(4, 32), tie_word_embeddings=False, **A512),
@@ -674,15 +712,16 @@ def write_model(r, out):
     mx.eval(model.parameters())
     save_model(out, model)
     if r["hf_experts"]:
-        unstack_experts(out)
+        unstack_experts(out, fused=config["model_type"] == "qwen3_5_moe")
     save_config(config, out / "config.json")
     if r["kv_config"] is not None:
         (out / "kv_config.json").write_text(json.dumps(r["kv_config"], indent=1) + "\n")
 
 
-def unstack_experts(out):
+def unstack_experts(out, fused=False):
     """Rewrites a saved model's mlp.switch_mlp.<proj>.weight (experts, out, in) as Hugging Face's
-    mlp.experts.<e>.<proj>.weight (out, in), the layout qwen3_moe's sanitize stacks."""
+    mlp.experts.<e>.<proj>.weight (out, in), the layout qwen3_moe's sanitize stacks; fused: as
+    qwen3_5_moe's mlp.experts.gate_up_proj (experts, 2 * hidden, in) and experts.down_proj."""
     path = out / "model.safetensors"
     weights = mx.load(str(path))
     split = {}
@@ -692,6 +731,14 @@ def unstack_experts(out):
             split[key] = value
             continue
         assert proj.endswith(".weight"), f"{key}: only float experts can be unstacked"
+        if fused:
+            # qwen3_5_moe: experts.gate_up_proj (E, 2 * I, H), gate first; experts.down_proj.
+            if proj.startswith("gate_proj"):
+                up = weights[f"{prefix}.mlp.switch_mlp.up_proj.weight"]
+                split[f"{prefix}.mlp.experts.gate_up_proj"] = mx.concatenate([value, up], -2)
+            elif proj.startswith("down_proj"):
+                split[f"{prefix}.mlp.experts.down_proj"] = value
+            continue
         for e in range(value.shape[0]):
             split[f"{prefix}.mlp.experts.{e}.{proj}"] = value[e]
     mx.save_safetensors(str(path), split, metadata={"format": "mlx"})

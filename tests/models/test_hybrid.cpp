@@ -159,7 +159,9 @@ TEST_P(Hybrid, StateRefusesRollbackAndPartialReuse) {
   EXPECT_TRUE(identical(a, b));
 }
 
-INSTANTIATE_TEST_SUITE_P(Rows, Hybrid, ::testing::Values("qwen3_next_f32", "qwen3_next_q4_g64"),
+INSTANTIATE_TEST_SUITE_P(Rows, Hybrid,
+                         ::testing::Values("qwen3_next_f32", "qwen3_next_q4_g64", "qwen3_5",
+                                           "qwen3_5_moe_f32"),
                          [](const ::testing::TestParamInfo<std::string>& info) {
                            return info.param;
                          });
@@ -168,17 +170,20 @@ INSTANTIATE_TEST_SUITE_P(Rows, Hybrid, ::testing::Values("qwen3_next_f32", "qwen
 // the error names config.json and the key.
 class HybridConfig : public ::testing::Test {
  protected:
-  void SetUp() override {
-    src_ = fs::absolute(test::data_path("parity/qwen3_next_dense"));
+  void SetUp() override { use("qwen3_next_dense"); }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // A directory of links to the row's files beside an editable config_.
+  void use(const std::string& row) {
+    const fs::path src = fs::absolute(test::data_path("parity/" + row));
     dir_ = fs::temp_directory_path() / ("lmx_hybrid_cfg_" + std::to_string(::getpid()));
     fs::remove_all(dir_);
     fs::create_directories(dir_);
-    for (const auto& e : fs::directory_iterator(src_))
+    for (const auto& e : fs::directory_iterator(src))
       if (e.path().filename() != "config.json")
         fs::create_symlink(e.path(), dir_ / e.path().filename());
-    config_ = read_json_file(src_ / "config.json");
+    config_ = read_json_file(src / "config.json");
   }
-  void TearDown() override { fs::remove_all(dir_); }
 
   std::string load_error() {
     std::ofstream(dir_ / "config.json") << config_.dump();
@@ -190,7 +195,7 @@ class HybridConfig : public ::testing::Test {
     return "(no error)";
   }
 
-  fs::path src_, dir_;
+  fs::path dir_;
   json config_;
 };
 
@@ -218,6 +223,21 @@ TEST_F(HybridConfig, LayerTypesMustBeKnownAndAgreeWithTheInterval) {
   config_["layer_types"] = {"linear_attention", "linear_attention", "linear_attention",
                             "full_attention"};
   EXPECT_EQ(load_error(), "(no error)");
+}
+
+// qwen3_5 reads its keys from text_config: the error names it.
+TEST_F(HybridConfig, Qwen3_5NamesTextConfigKeys) {
+  use("qwen3_5");
+  const json saved = config_;
+  EXPECT_EQ(load_error(), "(no error)");
+  config_["text_config"].erase("linear_key_head_dim");
+  EXPECT_EQ(load_error(), "[config.json text_config] missing required key 'linear_key_head_dim'");
+  config_ = saved;
+  config_["text_config"]["layer_types"] = {"linear_attention", "full_attention", "full_attention",
+                                           "full_attention"};
+  EXPECT_EQ(load_error(),
+            "[config.json text_config] layer_types entry 2 is \"full_attention\", expected "
+            "\"linear_attention\" (full_attention_interval 2)");
 }
 
 }  // namespace
