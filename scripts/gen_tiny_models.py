@@ -586,6 +586,8 @@ ROWS = [
     row("qwen3_next_dense_q8_g64_p100_d100", QWEN3_NEXT, 101, 32, quant=q(8), num_experts=0,
         decode=100),
     row("qwen3_next_kv8_g32", QWEN3_NEXT, 30, 8, num_experts=0, kv=kv(8, 32, 0)),
+    # float32 quantized: the tier gates (test_tiers.cpp) on the hybrid's quantized Linears
+    row("qwen3_next_f32_q4_g64", QWEN3_NEXT, 20, 8, dtype="float32", quant=q(4)),
     # --- qwen3_5 / qwen3_5_moe (float experts in f32; 4-bit with the 8-bit router of its
     # quant_predicate), the MoE experts also saved as Hugging Face's fused gate_up_proj ---
     row("qwen3_5", QWEN3_5, 25, 8),
