@@ -9,7 +9,7 @@
 #include "convert/convert.h"
 #include "convert/mlx_writer.h"
 #include "core/error.h"
-#include "models/model.h"
+#include "models/qwen3_next.h"
 
 namespace lmx::convert {
 
@@ -17,8 +17,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// Architectures whose sanitize is reproduced here, and the hybrids, which run the loader's
-// (models/qwen3_next.cpp, models/qwen3_5.cpp: mlx-lm's sanitize of those families).
+// Architectures whose sanitize is reproduced here, and the hybrids, which run mlx-lm's sanitize
+// of those families as the loader does (models/qwen3_next.h).
 const std::set<std::string> kSupportedTypes = {
     "llama", "mistral", "qwen2", "qwen3", "gemma3_text", "qwen3_next", "qwen3_5", "qwen3_5_moe"};
 const std::set<std::string> kHybridTypes = {"qwen3_next", "qwen3_5", "qwen3_5_moe"};
@@ -118,9 +118,14 @@ void convert_hf(const ConvertOptions& opt) {
     }
   }
   if (hybrid) {
-    const Architecture* arch = find_architecture(model_type);
-    check(arch != nullptr, "convert", "model_type '", model_type, "' is not registered");
-    arch->sanitize(json::parse(config.dump()), weights);
+    const json c = json::parse(config.dump());
+    if (model_type == "qwen3_next") {
+      hybrid::sanitize_qwen3_next(c, weights);
+    } else if (model_type == "qwen3_5") {
+      hybrid::sanitize_qwen3_5(c, weights);
+    } else {
+      hybrid::sanitize_qwen3_5_moe(c, weights);
+    }
   }
   // sanitize (llama, qwen2): drop precomputed rotary frequencies.
   for (auto it = weights.begin(); !hybrid && it != weights.end();) {

@@ -112,14 +112,16 @@ void sanitize_text(const json& c, Weights& w) {
   if (unsanitized) add_one_to_norms(w);
 }
 
-void sanitize(const json& c, Weights& w) {
+}  // namespace
+
+void sanitize_qwen3_5(const json& c, Weights& w) {
   to_language_model(w);
   sanitize_text(c, w);
 }
 
 // qwen3_5_moe.Model.sanitize: Hugging Face's fused experts.gate_up_proj (E, 2 * I, H) split in
 // halves into switch_mlp.gate_proj / up_proj, experts.down_proj into switch_mlp.down_proj.
-void sanitize_moe(const json& c, Weights& w) {
+void sanitize_qwen3_5_moe(const json& c, Weights& w) {
   to_language_model(w);
   const int layers = JsonView{text_config(c), text_source(c)}.get<int>("num_hidden_layers");
   for (int l = 0; l < layers; ++l) {
@@ -144,12 +146,14 @@ void sanitize_moe(const json& c, Weights& w) {
   sanitize_text(c, w);
 }
 
+namespace {
+
 std::unique_ptr<Model> build_text(const json& c, WeightStore& w) {
   return build(parse_args(c), w, "language_model.");
 }
 
-const ArchitectureRegistrar kQwen3_5("qwen3_5", {sanitize, build_text});
-const ArchitectureRegistrar kQwen3_5Moe("qwen3_5_moe", {sanitize_moe, build_text});
+const ArchitectureRegistrar kQwen3_5("qwen3_5", {sanitize_qwen3_5, build_text});
+const ArchitectureRegistrar kQwen3_5Moe("qwen3_5_moe", {sanitize_qwen3_5_moe, build_text});
 
 }  // namespace
 }  // namespace lmx::hybrid

@@ -391,11 +391,13 @@ Args parse_args(const json& c) {
   return a;
 }
 
+}  // namespace
+
 // qwen3_next.sanitize: only checkpoints with per-expert tensors (Hugging Face's) are rewritten:
 // mtp.* dropped, a tied lm_head dropped, experts stacked into switch_mlp, conv1d axes moved and
 // the norms' +1.
-void sanitize(const json& c, Weights& w) {
-  JsonView v{c, kSource};
+void sanitize_qwen3_next(const json& c, Weights& w) {
+  JsonView v{c, "config.json"};
   const std::string suffix = ".mlp.experts.0.up_proj.weight";
   std::vector<std::string> prefixes;
   for (const auto& [k, t] : w)
@@ -424,9 +426,12 @@ void sanitize(const json& c, Weights& w) {
   add_one_to_norms(w);
 }
 
-const ArchitectureRegistrar kQwen3Next("qwen3_next", {sanitize, [](const json& c, WeightStore& w) {
-                                                        return build(parse_args(c), w, "");
-                                                      }});
+namespace {
+
+const ArchitectureRegistrar kQwen3Next("qwen3_next",
+                                       {sanitize_qwen3_next, [](const json& c, WeightStore& w) {
+                                          return build(parse_args(c), w, "");
+                                        }});
 
 }  // namespace
 }  // namespace lmx::hybrid

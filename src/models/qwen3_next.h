@@ -45,4 +45,9 @@ std::unique_ptr<Model> build(const Args& a, WeightStore& w, const std::string& p
 void move_conv_axis(Weights& w);
 void add_one_to_norms(Weights& w);
 
+// mlx-lm's sanitize of each family (what the loader and `lmx convert` run).
+void sanitize_qwen3_next(const json& config, Weights& w);
+void sanitize_qwen3_5(const json& config, Weights& w);
+void sanitize_qwen3_5_moe(const json& config, Weights& w);
+
 }  // namespace lmx::hybrid

@@ -7,6 +7,8 @@
 
 #include <filesystem>
 #include <fstream>
+#include <future>
+#include <list>
 #include <string>
 #include <vector>
 
@@ -17,6 +19,7 @@
 #include "core/json.h"
 #include "generate/speculative.h"
 #include "io/safetensors.h"
+#include "lmx/lmx.h"
 #include "models/model.h"
 #include "test_util.h"
 
@@ -157,6 +160,65 @@ TEST_P(Hybrid, StateRefusesRollbackAndPartialReuse) {
   mx::array a = model(next, hit->cache), b = model(next, cache);
   mx::eval(a, b);
   EXPECT_TRUE(identical(a, b));
+}
+
+// In the scheduler a speculative request on a hybrid ends with that error while a plain request
+// beside it runs to its length, and a follow-up prompt continuing the first reuses its cache.
+TEST_P(Hybrid, SchedulerRefusesSpeculativeRowsAndReusesWholeEntries) {
+  const fs::path src = fs::absolute(test::data_path("parity/" + GetParam()));
+  const fs::path tok = fs::absolute(test::data_path("smollm2-135m-instruct-4bit"));
+  const fs::path dir = temp_file(GetParam() + "_model");
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  for (const auto& e : fs::directory_iterator(src))
+    if (!e.path().filename().string().starts_with("reference"))
+      fs::create_symlink(e.path(), dir / e.path().filename());
+  for (const char* name : {"tokenizer.json", "tokenizer_config.json"})
+    fs::create_symlink(tok / name, dir / name);
+  LanguageModel model = LanguageModel::load(dir, {.exact = true});
+  Scheduler s(model, {.max_batch = 2, .prefill_step_size = 8});
+  std::list<std::promise<StreamResult>> promises;  // outlive the requests
+  std::vector<int> generated;                      // the plain request's tokens
+  auto run = [&](std::vector<int> prompt, int prompt_lookup) {
+    std::promise<StreamResult>& done = promises.emplace_back();
+    StreamRequest r;
+    r.prompt = std::move(prompt);
+    r.options.max_tokens = 5;
+    r.options.ignore_eos = true;
+    r.options.prompt_lookup = prompt_lookup;
+    r.on_token = [&generated, plain = prompt_lookup == 0](const StreamToken& t) {
+      if (t.token >= 0 && plain) generated.push_back(t.token);
+      return true;
+    };
+    r.on_done = [&done](const StreamResult& res) { done.set_value(res); };
+    auto f = done.get_future();
+    s.submit(std::move(r));
+    return f;
+  };
+  const std::vector<int> prompt = {5, 9, 2, 7, 11, 3, 8, 1, 4, 6, 5, 9};
+  auto spec = run(prompt, 2);
+  auto plain = run(prompt, 0);
+  const StreamResult a = spec.get(), b = plain.get();
+  EXPECT_EQ(a.finish_reason, "error");
+  EXPECT_NE(a.error.find("cannot be rolled back"), std::string::npos) << a.error;
+  EXPECT_EQ(b.finish_reason, "length") << b.error;
+  ASSERT_EQ(generated.size(), 5u);
+  // The conversation continued (prompt, answer, a new turn): the state of prompt + the 4 answer
+  // tokens fed is reused whole.
+  std::vector<int> longer = prompt;
+  longer.insert(longer.end(), generated.begin(), generated.end());
+  longer.insert(longer.end(), {12, 13});
+  generated.clear();
+  const StreamResult c = run(longer, 0).get();
+  EXPECT_EQ(c.finish_reason, "length") << c.error;
+  EXPECT_EQ(c.cached_tokens, prompt.size() + 4);
+  // A prompt sharing only part of it reuses nothing.
+  std::vector<int> diverged(prompt.begin(), prompt.begin() + 6);
+  diverged.insert(diverged.end(), {99, 98, 97});
+  const StreamResult d = run(diverged, 0).get();
+  EXPECT_EQ(d.finish_reason, "length") << d.error;
+  EXPECT_EQ(d.cached_tokens, 0u);
+  fs::remove_all(dir);
 }
 
 INSTANTIATE_TEST_SUITE_P(Rows, Hybrid,
