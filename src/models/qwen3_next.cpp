@@ -108,10 +108,11 @@ struct GatedDeltaNet {
 
   mx::array operator()(const mx::array& x, const Mask& mask, KVCacheBase& base) const {
     auto* cache = dynamic_cast<ArraysCache*>(&base);
-    check(cache != nullptr, "qwen3_next",
+    check(cache != nullptr, "linear attention",
           "a linear-attention layer needs an ArraysCache, got another cache type (batched rows "
           "of this model are stepped one at a time)");
-    check(mask.none(), "qwen3_next", "padding masks are not supported on linear-attention layers");
+    check(mask.none(), "linear attention",
+          "padding masks are not supported on linear-attention layers");
     const int B = x.shape(0), S = x.shape(1);
     mx::array mixed{0.0f}, z{0.0f}, b{0.0f}, a{0.0f};
     if (split_proj) {
