@@ -287,6 +287,16 @@ TEST_F(HybridConfig, LayerTypesMustBeKnownAndAgreeWithTheInterval) {
   EXPECT_EQ(load_error(), "(no error)");
 }
 
+// A config whose sizes the tensors do not have: the first tensor that differs, with both shapes.
+TEST_F(HybridConfig, TensorsNotMatchingTheConfigAreNamed) {
+  config_["linear_conv_kernel_dim"] = 3;
+  const std::string e = load_error();
+  EXPECT_NE(e.find("tensor 'model.layers.0.linear_attn.conv1d.weight' has shape [192, 4, 1], "
+                   "expected [192, 3, 1]"),
+            std::string::npos)
+      << e;
+}
+
 // qwen3_5 reads its keys from text_config: the error names it.
 TEST_F(HybridConfig, Qwen3_5NamesTextConfigKeys) {
   use("qwen3_5");
