@@ -130,7 +130,7 @@ struct GatedDeltaNet {
       b = mx::reshape(gates[0], {B, S, nv});
       a = mx::reshape(gates[1], {B, S, nv});
       mixed = mx::concatenate({mx::reshape(parts[0], {B, S, -1}), mx::reshape(parts[1], {B, S, -1}),
-                               mx::reshape(mx::reshape(parts[2], {B, S, -1, dv}), {B, S, -1})},
+                               mx::reshape(parts[2], {B, S, -1})},
                               -1);
     }
     const auto& conv_cached = (*cache)[0];
