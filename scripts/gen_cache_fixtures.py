@@ -14,15 +14,16 @@ must then be identical, and so everything after.
 
 usage: gen_cache_fixtures.py OUT_DIR
 writes OUT_DIR/caches.json (the scenarios) and OUT_DIR/caches.safetensors (the arrays), and
-OUT_DIR/prompt_cache.safetensors, a mixed prompt cache written by mlx-lm's save_prompt_cache
+OUT_DIR/prompt_cache.safetensors, a mixed prompt cache written by mlx-lm's save_prompt_cache,
+and OUT_DIR/arrays_prompt_cache.safetensors, a hybrid model's (ArraysCache beside KVCache)
 """
 import json
 import sys
 from pathlib import Path
 
 import mlx.core as mx
-from mlx_lm.models.cache import (KVCache, QuantizedKVCache, RotatingKVCache, load_prompt_cache,
-                                 save_prompt_cache)
+from mlx_lm.models.cache import (ArraysCache, KVCache, QuantizedKVCache, RotatingKVCache,
+                                 load_prompt_cache, save_prompt_cache)
 
 from kv_reference import RotatingQuantizedReference, to_rotating_quantized
 
@@ -297,6 +298,21 @@ def prompt_cache(out, arrays):
     return dict(file="prompt_cache.safetensors", metadata=metadata, steps=steps)
 
 
+def arrays_prompt_cache(out):
+    """A hybrid model's prompt cache as mlx-lm saves it: a linear-attention ArraysCache (conv
+    state bf16 (1, 3, 192), recurrent state f32 (1, 4, 16, 32)) after 7 tokens, an empty one, and
+    a KVCache of 7 tokens."""
+    filled, empty, kv = ArraysCache(size=2), ArraysCache(size=2), KVCache()
+    filled[0] = mx.random.normal((1, 3, 192)).astype(mx.bfloat16)
+    filled[1] = mx.random.normal((1, 4, 16, 32))
+    filled.advance(7)
+    kv.update_and_fetch(mx.random.normal((B, H, 7, 32)).astype(mx.bfloat16),
+                        mx.random.normal((B, H, 7, 32)).astype(mx.bfloat16))
+    metadata = {"model": "hybrid"}
+    save_prompt_cache(str(out / "arrays_prompt_cache.safetensors"), [filled, empty, kv], metadata)
+    return dict(file="arrays_prompt_cache.safetensors", metadata=metadata, offset=7)
+
+
 def main():
     out = Path(sys.argv[1])
     out.mkdir(parents=True, exist_ok=True)
@@ -324,9 +340,11 @@ def main():
     scenarios.append(kv_to_quantized(arrays, 64, 4))
     scenarios.append(kv_to_quantized(arrays, 32, 8))
     pc = prompt_cache(out, arrays)
+    apc = arrays_prompt_cache(out)
     mx.save_safetensors(str(out / "caches.safetensors"), arrays, metadata={"format": "mlx"})
     (out / "caches.json").write_text(
-        json.dumps(dict(scenarios=scenarios, prompt_cache=pc), indent=1) + "\n")
+        json.dumps(dict(scenarios=scenarios, prompt_cache=pc, arrays_prompt_cache=apc), indent=1)
+        + "\n")
     size = (out / "caches.safetensors").stat().st_size
     print(f"gen_cache_fixtures: {len(scenarios)} scenarios, {len(arrays)} arrays, "
           f"{size / 1e6:.1f} MB in {out}")

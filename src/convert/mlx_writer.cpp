@@ -72,6 +72,10 @@ std::vector<std::string> ordered_names(const Weights& weights) {
 int64_t total_parameters(const Weights& weights, const QuantMap& quantized) {
   int64_t n = 0;
   for (const auto& [name, a] : weights) {
+    // It sums the leaf modules' parameters: the gated-DeltaNet layers' own A_log and dt_bias sit
+    // on a module with children and are not counted.
+    const std::string own = leaf_of(name);
+    if (own == "A_log" || own == "dt_bias") continue;
     auto q = quantized.find(module_of(name));
     if (q == quantized.end()) {
       n += a.size();

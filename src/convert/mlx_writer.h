@@ -25,7 +25,8 @@ using QuantMap = std::map<std::string, QuantParams>;
 // names compare numerically). Shards are filled in this order.
 std::vector<std::string> ordered_names(const Weights& weights);
 
-// mlx-lm `get_total_parameters`: a quantized module counts weight.size * 32 / bits (+ bias).
+// mlx-lm `get_total_parameters`: a quantized module counts weight.size * 32 / bits (+ bias); the
+// parameters of non-leaf modules (the hybrids' A_log and dt_bias) are not counted.
 int64_t total_parameters(const Weights& weights, const QuantMap& quantized);
 
 // Writes model.safetensors, or model-0000k-of-0000n.safetensors shards of at most

@@ -23,6 +23,8 @@ int dtype_bytes(const std::string& name, const std::string& source) {
 // A wrapper's text_config with the defaults its architecture file adds (models/gemma3.cpp,
 // models/gemma4.cpp); other models' config as it is.
 json text_config(const json& c, const std::string& model_type) {
+  if (model_type.starts_with("qwen3_5"))
+    return c.contains("text_config") && c["text_config"].is_object() ? c["text_config"] : c;
   if (model_type != "gemma3" && model_type != "gemma4") return c;
   json text =
       c.contains("text_config") && c["text_config"].is_object() ? c["text_config"] : json::object();
@@ -60,6 +62,29 @@ void gemma4_layers(const json& text, const std::string& source, ModelMemory& m) 
   m.max_context = a.max_position_embeddings;
 }
 
+// The Qwen3-Next / Qwen3.5 hybrids (models/qwen3_next.h): a KV cache on every
+// full_attention_interval-th layer; the others hold a fixed linear-attention state (ArraysCache:
+// the conv state in the activations' dtype, the recurrent state in float32), whatever the context.
+void hybrid_layers(const JsonView& v, ModelMemory& m) {
+  const int heads = v.get<int>("num_attention_heads");
+  check(heads > 0, v.source, "num_attention_heads must be > 0, got ", heads);
+  const int kv_heads = v.get<int>("num_key_value_heads");
+  const int dim = v.get<int>("head_dim", v.get<int>("hidden_size") / heads);
+  const int interval = v.get<int>("full_attention_interval", 4);
+  check(interval > 0, v.source, "full_attention_interval must be > 0, got ", interval);
+  const size_t nk = v.get<int>("linear_num_key_heads"), nv = v.get<int>("linear_num_value_heads");
+  const size_t dk = v.get<int>("linear_key_head_dim"), dv = v.get<int>("linear_value_head_dim");
+  const size_t kernel = v.get<int>("linear_conv_kernel_dim", 4);
+  const size_t conv = (kernel - 1) * (2 * nk * dk + nv * dv) * m.kv_dtype_bytes;
+  for (int i = 0; i < m.num_layers; ++i) {
+    if ((i + 1) % interval == 0) {
+      m.kv.push_back({i, kv_heads, dim, dim, 0});
+    } else {
+      m.state_bytes += conv + nv * dv * dk * 4;
+    }
+  }
+}
+
 // llama.py-style decoders: num_key_value_heads (default: the attention heads), head_dim
 // (default hidden_size / heads), layer_types' sliding_attention layers on a window.
 void dense_layers(const JsonView& v, ModelMemory& m) {
@@ -90,7 +115,8 @@ ModelMemory model_memory(const json& config, size_t weight_bytes, const std::str
   m.weight_bytes = weight_bytes;
   m.kv_dtype = kv_dtype;
   m.kv_dtype_bytes = dtype_bytes(kv_dtype, source);
-  const bool wrapper = m.model_type == "gemma3" || m.model_type == "gemma4";
+  const bool wrapper = m.model_type == "gemma3" || m.model_type == "gemma4" ||
+                       (m.model_type.starts_with("qwen3_5") && config.contains("text_config"));
   const json text = text_config(config, m.model_type);
   JsonView v{text, wrapper ? source + " text_config" : source};
   if (m.model_type == "gemma4" || m.model_type == "gemma4_text") {
@@ -99,6 +125,8 @@ ModelMemory model_memory(const json& config, size_t weight_bytes, const std::str
     m.num_layers = v.get<int>("num_hidden_layers");
     if (m.model_type == "gemma3" || m.model_type == "gemma3_text")
       gemma3_layers(v, m);
+    else if (m.model_type == "qwen3_next" || m.model_type.starts_with("qwen3_5"))
+      hybrid_layers(v, m);
     else
       dense_layers(v, m);
     m.max_context = v.get_opt<int>("max_position_embeddings");
@@ -153,7 +181,10 @@ ModelMemory model_memory(const std::filesystem::path& dir) {
   return model_memory(config, bytes, kv_dtype, config_path.string());
 }
 
-size_t kv_bytes(const ModelMemory& m, long long tokens, const KVQuant& q) {
+namespace {
+
+// The caches' bytes that grow with the context (all but the fixed linear-attention states).
+size_t kv_only_bytes(const ModelMemory& m, long long tokens, const KVQuant& q) {
   size_t total = 0;
   for (const LayerKV& l : m.kv) {
     const long long held = l.window > 0 ? std::min<long long>(tokens, l.window) : tokens;
@@ -173,9 +204,15 @@ size_t kv_bytes(const ModelMemory& m, long long tokens, const KVQuant& q) {
   return total;
 }
 
+}  // namespace
+
+size_t kv_bytes(const ModelMemory& m, long long tokens, const KVQuant& q) {
+  return (tokens > 0 ? m.state_bytes : 0) + kv_only_bytes(m, tokens, q);
+}
+
 double kv_bytes_per_token(const ModelMemory& m, long long tokens, const KVQuant& q) {
-  return static_cast<double>(kv_bytes(m, tokens + 1, q)) -
-         static_cast<double>(kv_bytes(m, tokens, q));
+  return static_cast<double>(kv_only_bytes(m, tokens + 1, q)) -
+         static_cast<double>(kv_only_bytes(m, tokens, q));
 }
 
 size_t transient_bytes(const ModelMemory& m, long long chunk, long long context) {

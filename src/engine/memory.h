@@ -29,7 +29,9 @@ struct ModelMemory {
   size_t weight_bytes = 0;  // sum of the tensors' bytes over model*.safetensors
   int num_layers = 0;
   std::vector<LayerKV> kv;  // the layers that own a cache, in order
-  std::string kv_dtype;     // the activations' dtype the cache stores: the embedding's
+  // The hybrids' linear-attention states (conv + recurrent), fixed whatever the context.
+  size_t state_bytes = 0;
+  std::string kv_dtype;  // the activations' dtype the cache stores: the embedding's
   int kv_dtype_bytes = 0;
   std::optional<int> max_context;  // max_position_embeddings
   // For the transient estimate.
@@ -48,7 +50,8 @@ struct KVQuant {
   int group_size = 64;
 };
 
-// Bytes the caches hold with `tokens` tokens in context: each layer's min(tokens, window) tokens,
+// Bytes the caches hold with `tokens` tokens in context (> 0: plus the fixed state_bytes): each
+// layer's min(tokens, window) tokens,
 // stored as mlx-lm's KVCache / RotatingKVCache (keys and values in kv_dtype) or QuantizedKVCache
 // (uint32-packed values plus a scale and a bias per group, in kv_dtype).
 size_t kv_bytes(const ModelMemory& m, long long tokens, const KVQuant& quant = {});

@@ -1,7 +1,9 @@
 #include "models/model.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <map>
+#include <set>
 
 #include "core/error.h"
 #include "kernels/cpu/qmm.h"
@@ -238,7 +240,18 @@ LoadedWeights load_model(const fs::path& dir, const LoadOptions& options,
     adapter = lora::Adapter::open(*options.adapter_path);
   }
   Weights weights = load_model_weights(dir);
-  if (arch->sanitize) arch->sanitize(config, weights);
+  if (arch->sanitize) {
+    // The tensors sanitize computes (stacked experts, moved axes, shifted norms) are evaluated
+    // here: MLX runs a lazy array on the stream of the thread that made it, so one left for the
+    // scheduler's thread fails there ("There is no Stream(cpu, 0) in current thread").
+    std::set<std::uintptr_t> loaded;
+    for (const auto& [k, v] : weights) loaded.insert(v.id());
+    arch->sanitize(config, weights);
+    std::vector<mx::array> computed;
+    for (const auto& [k, v] : weights)
+      if (!loaded.count(v.id())) computed.push_back(v);
+    mx::eval(computed);
+  }
   if (adapter && adapter->full()) adapter->replace_weights(weights);
   if (adapter && !adapter->full()) adapter->bind(weights);
   WeightStore store(std::move(weights), QuantConfig::from_config(config, source), dir.string());

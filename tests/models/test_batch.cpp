@@ -150,8 +150,8 @@ std::vector<Outcome> batched(Scheduler& s, const std::vector<Case>& cases) {
 
 // One row of the table per architecture and cache type: plain, rotating (sliding window; the
 // window wraps in decode), quantized, rotating-quantized, per-layer kv_config; RoPE variants;
-// quantized weights; gemma4 (KV sharing) and gemma2 (soft-capped scores over the raw keys),
-// whose rows step one at a time.
+// quantized weights; gemma4 (KV sharing), gemma2 (soft-capped scores over the raw keys) and
+// qwen3_next / qwen3_5 (linear-attention state in an ArraysCache), whose rows step one at a time.
 const std::vector<std::string> kRows = {
     "llama_tied",
     "llama_rope_yarn",
@@ -181,6 +181,9 @@ const std::vector<std::string> kRows = {
     "gemma2_q4_g64",
     "llama_layer_types_window8",
     "gpt_oss_f32",
+    "qwen3_next_f32",
+    "qwen3_next_kv8_g32",
+    "qwen3_5_moe_q4_g64",
 };
 
 class BatchRows : public ::testing::TestWithParam<std::string> {};

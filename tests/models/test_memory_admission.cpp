@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "engine/memory.h"
+#include "engine/model_impl.h"
 #include "io/safetensors.h"
 #include "lmx/lmx.h"
 #include "test_util.h"
@@ -62,6 +63,36 @@ TEST(MemoryAdmission, LayoutMatchesTheLoadedModel) {
     // The stats' bytes per token: every cache's bytes over its capacity, all layers together.
     const GenerationStats st = model.generate({1, 2}, o, [](const TokenOutput&) { return true; });
     EXPECT_DOUBLE_EQ(st.kv_bytes_per_token, kv_bytes_per_token(m, 0));
+  }
+}
+
+// A hybrid: KV only on its attention layers, and the linear-attention states' fixed bytes, which
+// equal what a prefilled cache holds.
+TEST(MemoryAdmission, HybridLayoutMatchesTheLoadedModel) {
+  for (const char* row : {"qwen3_next_f32", "qwen3_5"}) {
+    SCOPED_TRACE(row);
+    const fs::path dir = linked_model(row);
+    const ModelMemory m = model_memory(dir);
+    LanguageModel model = LanguageModel::load(dir, {.exact = true});
+    GenerateOptions o;
+    o.max_tokens = 4;
+    o.ignore_eos = true;
+    const GenerationStats st = model.generate({1, 2}, o, [](const TokenOutput&) { return true; });
+    EXPECT_DOUBLE_EQ(st.kv_bytes_per_token, kv_bytes_per_token(m, 0));
+    Model& net = *model.impl().loaded.model;
+    Cache cache = net.make_cache();
+    mx::eval(net(mx::array({1, 2, 3}, {1, 3}, mx::int32), cache));
+    size_t state = 0, kv_layers = 0;
+    for (const auto& c : cache) {
+      if (c->capacity() > 0) {
+        ++kv_layers;
+      } else {
+        state += c->nbytes();
+      }
+    }
+    EXPECT_EQ(m.kv.size(), kv_layers);
+    EXPECT_GT(m.state_bytes, 0u);
+    EXPECT_EQ(m.state_bytes, state);
   }
 }
 

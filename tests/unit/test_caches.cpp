@@ -8,6 +8,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "cache/arrays_cache.h"
 #include "cache/prompt_cache.h"
 #include "cache/quantized_kv_cache.h"
 #include "cache/rotating_kv_cache.h"
@@ -250,6 +251,49 @@ TEST(PromptCache, SavesMlxLmLayout) {
   PromptCache again = load_prompt_cache(ours);
   std::filesystem::remove(ours);
   continue_like_mlx_lm(f, again.cache, pc.at("steps"));
+}
+
+// A hybrid model's prompt cache written by mlx-lm: the linear-attention states load as
+// ArraysCache with their arrays (an unset slot stays unset), take the token count of the KVCache
+// beside them, and save back to mlx-lm's layout exactly.
+TEST(PromptCache, LoadsAndSavesMlxLmArraysCaches) {
+  Fixtures f;
+  const json& pc = f.meta.at("arrays_prompt_cache");
+  const auto theirs = test::data_path("caches/" + pc.at("file").get<std::string>());
+  PromptCache loaded = load_prompt_cache(theirs);
+  EXPECT_EQ(loaded.metadata, (pc.at("metadata").get<Metadata>()));
+  ASSERT_EQ(loaded.cache.size(), 3u);
+  auto* filled = dynamic_cast<ArraysCache*>(loaded.cache[0].get());
+  auto* empty = dynamic_cast<ArraysCache*>(loaded.cache[1].get());
+  ASSERT_NE(filled, nullptr);
+  ASSERT_NE(empty, nullptr);
+  Metadata their_meta;
+  Weights their_arrays = load_safetensors(theirs, &their_meta);
+  ASSERT_TRUE((*filled)[0] && (*filled)[1]);
+  EXPECT_TRUE(identical(*(*filled)[0], their_arrays.at("0.0.0")));
+  EXPECT_TRUE(identical(*(*filled)[1], their_arrays.at("0.0.1")));
+  EXPECT_EQ((*filled)[1]->dtype(), mx::float32);
+  EXPECT_FALSE((*empty)[0] || (*empty)[1]);
+  EXPECT_EQ(filled->offset(), pc.at("offset").get<int>());
+  EXPECT_EQ(empty->offset(), 0);
+  EXPECT_EQ(loaded.cache[2]->offset(), pc.at("offset").get<int>());
+
+  const auto ours = std::filesystem::temp_directory_path() /
+                    ("lmx_prompt_cache_arrays_" + std::to_string(::getpid()) + ".safetensors");
+  save_prompt_cache(ours, loaded.cache, loaded.metadata);
+  Metadata our_meta;
+  Weights our_arrays = load_safetensors(ours, &our_meta);
+  std::filesystem::remove(ours);
+  EXPECT_EQ(our_meta, their_meta);
+  ASSERT_EQ(our_arrays.size(), their_arrays.size());
+  for (const auto& [k, a] : their_arrays) {
+    auto it = our_arrays.find(k);
+    if (it == our_arrays.end()) {
+      ADD_FAILURE() << "missing array " << k;
+      continue;
+    }
+    EXPECT_TRUE(identical(it->second, a)) << k;
+  }
 }
 
 // lmx's RotatingQuantizedKVCache (no mlx-lm counterpart) saves and loads in the same layout:

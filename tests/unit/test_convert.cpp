@@ -21,6 +21,7 @@
 #include "core/error.h"
 #include "io/gguf.h"
 #include "io/safetensors.h"
+#include "models/model.h"
 #include "test_util.h"
 
 namespace lmx {
@@ -110,6 +111,8 @@ TEST(ConvertHf, BitIdenticalToMlxLm) {
     EXPECT_TRUE(fs::exists(out / "tokenizer.json"));
     EXPECT_TRUE(fs::exists(out / "tokenizer_config.json"));
     EXPECT_FALSE(fs::exists(tmp / "mlx.partial"));
+    // And lmx loads what it wrote (every tensor taken, shapes as the config says).
+    EXPECT_NO_THROW(load_model(out, {.exact = true}));
   }
 }
 
