@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "cache/prompt_cache.h"
 #include "chat/chat_template.h"
 #include "core/error.h"
 #include "core/json.h"
@@ -71,6 +72,20 @@ TEST(FuzzRegressions, JsonNumberOverflowIsAnLmxError) {
     EXPECT_NE(std::string(e.what()).find(path.string()), std::string::npos) << e.what();
   }
   std::filesystem::remove(path);
+}
+
+// fuzz_prompt_cache: a file whose layer has keys but None values loaded, then nbytes() / state()
+// dereferenced the empty values (UBSan null member access; a crash in lmx serve's cache).
+TEST(FuzzRegressions, PromptCacheKeysWithoutValues) {
+  const std::string file = std::string(LMX_SOURCE_DIR) +
+                           "/tests/fuzz/regressions/prompt_cache_keys_without_values.safetensors";
+  try {
+    lmx::load_prompt_cache(file);
+    ADD_FAILURE() << "expected lmx::Error";
+  } catch (const lmx::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("keys or values without the other"), std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace
