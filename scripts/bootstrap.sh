@@ -2,6 +2,7 @@
 # Installs what lmx needs on a fresh Debian 12 machine, idempotently.
 #   scripts/bootstrap.sh          build + runtime deps (Debian -dev packages, the mlx-cpu wheel)
 #   scripts/bootstrap.sh --test   also the Python reference (mlx, mlx-lm, tokenizers, transformers)
+#   scripts/bootstrap.sh --fuzz   also clang-14 and its libFuzzer / sanitizer runtimes (bench/fuzz.sh)
 #   scripts/bootstrap.sh --cuda   also the mlx-cuda-13 wheel (libmlx built for CUDA 13, its headers
 #                                 and CMake config) for `build_lmx DIR -DLMX_BACKEND=cuda`
 # Flags combine. Everything Python goes into the project-local prefix .venv/; the CUDA wheel goes
@@ -13,16 +14,19 @@ source scripts/versions.env
 
 with_test=0
 with_cuda=0
+with_fuzz=0
 for a in "$@"; do
   case "$a" in
     --test) with_test=1 ;;
     --cuda) with_cuda=1 ;;
+    --fuzz) with_fuzz=1 ;;
     *) echo "bootstrap: unknown argument $a" >&2; exit 2 ;;
   esac
 done
 
 debs=(cmake g++ pkg-config nlohmann-json3-dev libpcre2-dev libutf8proc-dev libcpp-httplib-dev libssl-dev python3-venv)
 ((with_test)) && debs+=(libgtest-dev libgmock-dev tmux)
+((with_fuzz)) && debs+=(clang-14 libclang-rt-14-dev)
 missing=()
 for d in "${debs[@]}"; do
   dpkg-query -W -f='${Status}' "$d" 2>/dev/null | grep -q "install ok installed" || missing+=("$d")

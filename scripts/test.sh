@@ -5,7 +5,8 @@
 # --sanitize builds lmx and its tests again in build-<sanitizer> (address means ASan + UBSan) and
 # runs ctest there on the same reference data; see docs/reliability.md.
 # LMX_HEAVY=1 adds the slow checks (documented in docs/testing.md): the tests' heavy variants and,
-# without --sanitize, an ASan + UBSan pass over the unit and model suites.
+# without --sanitize, an ASan + UBSan pass over the unit and model suites and every fuzzer of
+# tests/fuzz for 3000 executions (bench/fuzz.sh).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
@@ -87,4 +88,7 @@ step "ctest"
 (cd build && ctest --output-on-failure --no-tests=error -j1 "$@")
 if [[ "${LMX_HEAVY:-0}" == 1 ]]; then
   sanitized_ctest address -L '^(unit|models)$'
+  # Every libFuzzer target for a short fixed count (clang-14 build in build-fuzz; bench/fuzz.sh).
+  step "fuzzers, 3000 executions each"
+  bench/fuzz.sh -n 3000
 fi

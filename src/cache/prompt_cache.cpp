@@ -1,5 +1,6 @@
 #include "cache/prompt_cache.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "cache/arrays_cache.h"
@@ -126,15 +127,22 @@ PromptCache load_prompt_cache(const std::filesystem::path& file) {
   std::map<int, std::string> classes;
   std::map<std::string, std::string> kinds;  // array key -> "scalar" / "none"
   std::map<int, std::pair<std::string, std::string>> scalars;
+  auto index = [&](const std::string& k, const std::string& digits) {
+    check(
+        !digits.empty() && digits.size() < 9 &&
+            std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }),
+        where, "bad prompt-cache metadata key '", k, "'");
+    return std::stoi(digits);
+  };
   for (const auto& [k, v] : meta) {
     if (k.starts_with("0.")) {
       out.metadata[k.substr(2)] = v;
     } else if (k.starts_with("1.")) {
-      classes[std::stoi(k.substr(2))] = v;
+      classes[index(k, k.substr(2))] = v;
     } else if (k.starts_with("2.") && k != "2.0") {
       const size_t dot = k.find('.', 2);
       check(dot != std::string::npos, where, "bad prompt-cache metadata key '", k, "'");
-      auto& s = scalars[std::stoi(k.substr(2, dot - 2))];
+      auto& s = scalars[index(k, k.substr(2, dot - 2))];
       (k.substr(dot + 1) == "0" ? s.first : s.second) = v;
     }
   }
@@ -162,26 +170,39 @@ PromptCache load_prompt_cache(const std::filesystem::path& file) {
     if (is_none(key)) return std::nullopt;
     return QuantizedArray{get(key + ".0"), get(key + ".1"), get(key + ".2")};
   };
+  // Keys and values are both there or both None (an empty cache): one alone crashed nbytes().
+  auto both = [&](const std::string& p, const auto& k, const auto& v) {
+    check(k.has_value() == v.has_value(), where, "prompt cache: layer ", p,
+          " has keys or values without the other, expected both or neither");
+  };
   int expect = 0;
   for (const auto& [i, cls] : classes) {
     check(i == expect++, where, "prompt cache: class entries are not numbered 0..n-1");
     const std::string p = std::to_string(i) + ".";
     if (cls == "KVCache") {
       auto c = std::make_unique<KVCache>();
-      c->set_state(optional(p + "0"), optional(p + "1"), scalar(p + "2"));
+      auto k = optional(p + "0"), v = optional(p + "1");
+      both(p, k, v);
+      c->set_state(std::move(k), std::move(v), scalar(p + "2"));
       out.cache.push_back(std::move(c));
     } else if (cls == "RotatingKVCache") {
       auto c = std::make_unique<RotatingKVCache>(scalar(p + "4"), scalar(p + "3"));
-      c->set_state(optional(p + "0"), optional(p + "1"), scalar(p + "2"), scalar(p + "5"));
+      auto k = optional(p + "0"), v = optional(p + "1");
+      both(p, k, v);
+      c->set_state(std::move(k), std::move(v), scalar(p + "2"), scalar(p + "5"));
       out.cache.push_back(std::move(c));
     } else if (cls == "QuantizedKVCache") {
       auto c = std::make_unique<QuantizedKVCache>(scalar(p + "3"), scalar(p + "4"));
-      c->set_state(triple(p + "0"), triple(p + "1"), scalar(p + "2"));
+      auto k = triple(p + "0"), v = triple(p + "1");
+      both(p, k, v);
+      c->set_state(std::move(k), std::move(v), scalar(p + "2"));
       out.cache.push_back(std::move(c));
     } else if (cls == "RotatingQuantizedKVCache") {
       auto c = std::make_unique<RotatingQuantizedKVCache>(scalar(p + "4"), scalar(p + "3"),
                                                           scalar(p + "6"), scalar(p + "7"));
-      c->set_state(triple(p + "0"), triple(p + "1"), scalar(p + "2"), scalar(p + "5"));
+      auto k = triple(p + "0"), v = triple(p + "1");
+      both(p, k, v);
+      c->set_state(std::move(k), std::move(v), scalar(p + "2"), scalar(p + "5"));
       out.cache.push_back(std::move(c));
     } else if (cls == "ArraysCache") {
       check(is_none(p + "1") && is_none(p + "2"), where, "layer ", i,

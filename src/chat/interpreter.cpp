@@ -315,8 +315,9 @@ class Renderer {
           varargs.push_back(a.positional[k]);
       }
       for (const auto& [key, v] : a.keyword) {
-        const bool is_param = std::any_of(st->params.begin(), st->params.end(),
-                                          [&](const MacroParam& p) { return p.name == key; });
+        const bool is_param =
+            std::any_of(st->params.begin(), st->params.end(),
+                        [&name = key](const MacroParam& p) { return p.name == name; });
         if (is_param || key == "caller")
           scope->vars[key] = v;
         else

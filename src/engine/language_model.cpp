@@ -147,7 +147,7 @@ std::shared_ptr<TokenConstraint> LanguageModel::json_schema_constraint(
   json j;
   try {
     j = json::parse(schema);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, or out_of_range for 1e999
     fail("json-schema", "the schema is not valid JSON: ", e.what());
   }
   return std::make_shared<constrain::JsonConstraint>(impl_->tokens(), constrain::compile_schema(j),

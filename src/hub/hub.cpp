@@ -469,7 +469,8 @@ std::optional<fs::path> cached_snapshot(const fs::path& folder, const RepoRef& r
   return snap;
 }
 
-// What a loadable snapshot must hold: config.json and its weights (every shard of the index).
+}  // namespace
+
 std::vector<std::string> missing_model_files(const fs::path& snap) {
   std::vector<std::string> missing;
   if (!fs::exists(snap / "config.json")) missing.emplace_back("config.json");
@@ -495,6 +496,8 @@ std::vector<std::string> missing_model_files(const fs::path& snap) {
   }
   return missing;
 }
+
+namespace {
 
 std::string join(const std::vector<std::string>& v) {
   std::string s;

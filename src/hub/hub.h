@@ -66,6 +66,11 @@ struct CachedModel {
   std::string quantization;       // "4-bit g64", "mxfp4", "bf16" ...
 };
 
+// What a loadable snapshot directory lacks: config.json and its weights (every shard of
+// model.safetensors.index.json's weight_map, else some *.safetensors); empty when complete. A
+// garbled index is reported as missing ("... (unreadable)"), never thrown.
+std::vector<std::string> missing_model_files(const std::filesystem::path& snap);
+
 // Every models--*--* folder of the cache, sorted by repo id.
 std::vector<CachedModel> list_cached(const std::filesystem::path& cache);
 

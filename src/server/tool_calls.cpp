@@ -183,7 +183,9 @@ std::vector<ToolCall> gemma_calls(const std::string& text, const std::string& es
       if (p < text.size() && text[p] == ',') ++p;
     }
     if (p >= text.size()) return {};
-    call.arguments = args.dump();
+    // The values are raw model text, which need not be valid UTF-8: invalid bytes become U+FFFD
+    // instead of a json type_error.
+    call.arguments = args.dump(-1, ' ', false, ojson::error_handler_t::replace);
     out.push_back(std::move(call));
     pos = p + 1;
   }

@@ -18,6 +18,13 @@ char32_t next_codepoint(std::string_view s, size_t& i) {
     i += 1;
     return c;
   }
+  // A sequence cut off by the end of the text (only invalid UTF-8 has one: a template's string
+  // literal, say) reads as U+FFFD, one byte at a time, never past the end.
+  const size_t n = c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
+  if (s.size() - i < n) {
+    i += 1;
+    return 0xFFFD;
+  }
   if (c < 0xE0) {
     i += 2;
     return (char32_t(c & 0x1F) << 6) | (p[1] & 0x3F);

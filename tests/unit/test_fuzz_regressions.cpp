@@ -1,0 +1,91 @@
+// Inputs the libFuzzer targets of tests/fuzz found (bench/fuzz.sh, docs/reliability.md), each run
+// through the parser that failed on it, with what it must do instead.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "cache/prompt_cache.h"
+#include "chat/chat_template.h"
+#include "core/error.h"
+#include "core/json.h"
+#include "server/tool_calls.h"
+#include "tokenizer/unicode.h"
+
+namespace {
+
+using lmx::server::ToolFormat;
+
+// fuzz_tool_calls: a gemma call whose bare value holds bytes that are not UTF-8 threw
+// nlohmann's type_error 316 out of parse_tool_block (the server answered 500).
+TEST(FuzzRegressions, GemmaToolCallWithInvalidUtf8Value) {
+  const std::string block =
+      "call:f{a:\x8d\x8d"
+      "rt,n:2,s:<escape>x\xff<escape>}";
+  for (ToolFormat f : {ToolFormat::kGemma}) {
+    const auto calls = lmx::server::parse_tool_block(f, block);
+    ASSERT_EQ(calls.size(), 1u);
+    EXPECT_EQ(calls[0].name, "f");
+    const auto args = nlohmann::json::parse(calls[0].arguments);
+    EXPECT_EQ(args["a"], "\xef\xbf\xbd\xef\xbf\xbdrt");  // U+FFFD per invalid byte
+    EXPECT_EQ(args["n"], 2);
+    EXPECT_EQ(args["s"], "x\xef\xbf\xbd");
+  }
+  const std::string g4 = "call:g{k\xc3:<|\"|>v<|\"|>}";
+  const auto calls = lmx::server::parse_tool_block(ToolFormat::kGemma4, g4);
+  ASSERT_EQ(calls.size(), 1u);
+  EXPECT_EQ(nlohmann::json::parse(calls[0].arguments).begin().key(), "k\xef\xbf\xbd");
+}
+
+// fuzz_chat_template: `lower` on a string literal ending inside a UTF-8 sequence read past the
+// end of the string (ASan heap-buffer-overflow in tok::next_codepoint).
+TEST(FuzzRegressions, CaseMappingOfACutOffUtf8Sequence) {
+  for (const std::string cut : {"\xdf", "\xe6\x9d", "\xf0\x9f\x99"}) {
+    size_t i = 0;
+    EXPECT_EQ(lmx::tok::next_codepoint(cut, i), U'\uFFFD');
+    EXPECT_EQ(i, 1u);
+  }
+  // Each byte of a sequence cut off at the end of the string is one U+FFFD.
+  for (const std::string cut : {"\xdf", "\xe6\x9d"}) {
+    const auto t = lmx::chat::ChatTemplate::from_source("{{ 'aB" + cut + "' | lower }}");
+    std::string want = "ab";
+    for (size_t k = 0; k < cut.size(); ++k) want += "\xef\xbf\xbd";
+    EXPECT_EQ(t.render(nlohmann::ordered_json::array()), want);
+  }
+  size_t i = 0;  // whole sequences are unchanged
+  EXPECT_EQ(lmx::tok::next_codepoint("\xf0\x9f\x99\x82", i), U'\U0001F642');
+  EXPECT_EQ(i, 4u);
+}
+
+// fuzz_config: a number too large for a double (nlohmann's out_of_range 406) escaped
+// read_json_file as a nlohmann exception instead of lmx::Error naming the file.
+TEST(FuzzRegressions, JsonNumberOverflowIsAnLmxError) {
+  const auto path = std::filesystem::temp_directory_path() / "lmx_fuzz_regression_config.json";
+  std::ofstream(path) << R"({"quantization": {"bits": 2222222222222e222222, "group_size": 64}})";
+  try {
+    lmx::read_json_file(path);
+    ADD_FAILURE() << "expected lmx::Error";
+  } catch (const lmx::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("invalid JSON"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(path.string()), std::string::npos) << e.what();
+  }
+  std::filesystem::remove(path);
+}
+
+// fuzz_prompt_cache: a file whose layer has keys but None values loaded, then nbytes() / state()
+// dereferenced the empty values (UBSan null member access; a crash in lmx serve's cache).
+TEST(FuzzRegressions, PromptCacheKeysWithoutValues) {
+  const std::string file = std::string(LMX_SOURCE_DIR) +
+                           "/tests/fuzz/regressions/prompt_cache_keys_without_values.safetensors";
+  try {
+    lmx::load_prompt_cache(file);
+    ADD_FAILURE() << "expected lmx::Error";
+  } catch (const lmx::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("keys or values without the other"), std::string::npos)
+        << e.what();
+  }
+}
+
+}  // namespace
