@@ -17,7 +17,7 @@ set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
 . "${LMX_GPU_PREFIX:-/tmp/lmx}/env.sh" || { echo "batch: run scripts/gpu/unpack.sh first" >&2; exit 1; }
-export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 LMX_CUDA_ROWS=1  # the rows kernel is opt-in until these gates pass
+export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
 out="${OUT:-/tmp/batch}"
 mkdir -p "$out"
 LEVELS="${LEVELS:-1,8,32,64}"
@@ -52,7 +52,7 @@ bench() {
       local flags=() rows=1
       [[ $tier == l1 ]] && flags=(--exact)
       [[ $tier == l3 ]] && rows=0
-      LMX_CUDA_ROWS=$rows timeout "$STEP_TIMEOUT" lmx bench "$m" "${flags[@]}" --concurrency "$LEVELS" \
+      LMX_CUDA_ROWS=$rows timeout "$STEP_TIMEOUT" lmx bench --model "$m" "${flags[@]}" --concurrency "$LEVELS" \
         --prompt-tokens "$PROMPT" --gen-tokens "$GEN" --json \
         >"$out/batch-$name-lmx-$tier.jsonl" 2>>"$out/batch-$name.log"
       echo "batch: $name lmx $tier rc=$? ($((SECONDS - t0)) s)"

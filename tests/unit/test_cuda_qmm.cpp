@@ -109,8 +109,8 @@ INSTANTIATE_TEST_SUITE_P(Layouts, CudaQmm,
                                             ::testing::Values(mx::bfloat16, mx::float16)),
                          layout_name);
 
-// Leading dimensions, the fallback past kMaxRows rows and for float32 activations (MLX's op), and
-// the refusal of a layout the kernel lacks.
+// Leading dimensions, slices of kMaxRows rows up to kChunkedRows, the fallback past them and for
+// float32 activations (MLX's op), and the refusal of a layout the kernel lacks.
 TEST(CudaQmmApi, ShapesFallbackAndErrors) {
   ASSERT_TRUE(kc::available());
   Quantized q = quantize(32, 256, 64, 4, mx::bfloat16, 3);
@@ -124,13 +124,22 @@ TEST(CudaQmmApi, ShapesFallbackAndErrors) {
   ASSERT_EQ(got.shape(), (mx::Shape{2, 3, 32}));
   EXPECT_LT(rel_error(got, want), 2.0 / 256);
 
-  mx::array x17 =
-      mx::astype(mx::random::normal({17, 256}, mx::float32, mx::random::key(5)), mx::bfloat16);
-  EXPECT_FALSE(kc::takes_kernel(x17, q.w, q.scales, opt));
-  // The fallback is MLX's op itself (not evaluated: its 17-row kernel is a long JIT compile).
-  mx::array y17 = kc::quantized_matmul(x17, q.w, q.scales, q.biases, opt);
-  ASSERT_EQ(y17.shape(), (mx::Shape{17, 32}));
-  EXPECT_EQ(y17.primitive().name(), std::string("QuantizedMatmul"));
+  // 17 to kChunkedRows rows (a batched decode step): the kernel kMaxRows rows at a time.
+  for (int M : {17, 40, kc::kChunkedRows}) {
+    mx::array xm =
+        mx::astype(mx::random::normal({M, 256}, mx::float32, mx::random::key(5 + M)), mx::bfloat16);
+    EXPECT_FALSE(kc::takes_kernel(xm, q.w, q.scales, opt));
+    mx::array ym = kc::quantized_matmul(xm, q.w, q.scales, q.biases, opt);
+    ASSERT_EQ(ym.shape(), (mx::Shape{M, 32}));
+    EXPECT_LT(rel_error(ym, reference(xm, q, 64, 4, mx::bfloat16)), 2.0 / 256) << M << " rows";
+  }
+  // More rows: MLX's op itself (not evaluated: its kernel for them is a long JIT compile).
+  const int past = kc::kChunkedRows + 1;
+  mx::array xp =
+      mx::astype(mx::random::normal({past, 256}, mx::float32, mx::random::key(5)), mx::bfloat16);
+  mx::array yp = kc::quantized_matmul(xp, q.w, q.scales, q.biases, opt);
+  ASSERT_EQ(yp.shape(), (mx::Shape{past, 32}));
+  EXPECT_EQ(yp.primitive().name(), std::string("QuantizedMatmul"));
 
   mx::array xf = mx::random::normal({1, 256}, mx::float32, mx::random::key(6));
   EXPECT_FALSE(kc::takes_kernel(xf, q.w, q.scales, opt));

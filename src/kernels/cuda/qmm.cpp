@@ -328,8 +328,10 @@ bool routed(int bits, int group_size) { return group_size != 32; }
 
 bool rows_routed() {
   static const bool on = [] {
-    const char* s = std::getenv("LMX_CUDA_ROWS");
-    return s != nullptr && std::string(s) == "1";
+    const char* v = std::getenv("LMX_CUDA_ROWS");
+    const std::string s = v ? v : "1";
+    check(s == "0" || s == "1", "LMX_CUDA_ROWS", "expected 0 or 1, got '", s, "'");
+    return s == "1";
   }();
   return on;
 }
@@ -378,6 +380,23 @@ mx::array qmv(const mx::array& x, const mx::array& w, const mx::array& scales,
 mx::array quantized_matmul(const mx::array& x, const mx::array& w, const mx::array& scales,
                            const mx::array& biases, const QmmOptions& opt) {
   if (takes_kernel(x, w, scales, opt)) return qmv(x, w, scales, biases, opt);
+  const int M = x.ndim() >= 1 ? rows_of(x) : 0;
+  if (M > kMaxRows && M <= kChunkedRows && w.ndim() == 2) {
+    // A batched decode step of 17-64 rows: the kernel kMaxRows rows at a time. MLX's quantized
+    // matmul at these row counts made a 17-row Qwen3-4B step cost 2x a 16-row one on an H100
+    // (docs/benchmarks.md).
+    const int K = x.shape(-1);
+    mx::array x2 = mx::reshape(x, {M, K});
+    if (takes_kernel(mx::slice(x2, {0, 0}, {kMaxRows, K}), w, scales, opt)) {
+      std::vector<mx::array> parts;
+      for (int r = 0; r < M; r += kMaxRows)
+        parts.push_back(
+            qmv(mx::slice(x2, {r, 0}, {std::min(r + kMaxRows, M), K}), w, scales, biases, opt));
+      mx::Shape out_shape = x.shape();
+      out_shape.back() = w.shape(0);
+      return mx::reshape(mx::concatenate(parts, 0), out_shape);
+    }
+  }
   return mx::quantized_matmul(x, w, scales, biases, true, opt.group_size, opt.bits, "affine");
 }
 

@@ -15,6 +15,9 @@ namespace lmx::kernels::cuda {
 namespace mx = mlx::core;
 
 constexpr int kMaxRows = 16;
+// Calls of kMaxRows + 1 to kChunkedRows rows (batched decode) run the kernel in slices of
+// kMaxRows rows; more rows (prefill) run mx::quantized_matmul.
+constexpr int kChunkedRows = 64;
 
 // Whether the kernel can run in this process: a CUDA build whose default device is the GPU.
 bool available();

@@ -8,9 +8,9 @@ namespace lmx::kernels::cuda {
 
 bool routed(int bits, int group_size);
 
-// The rows decode attention kernel (rows_attention.h) in batched decode steps of tier L3: only
-// with LMX_CUDA_ROWS=1 until a benchmark shows it faster than the per-row path (its gates passed
-// on an H100 on tiny rows; its speed is not measured yet: docs/gpu.md).
+// The rows decode attention kernel (rows_attention.h) in batched decode steps of tier L3: on unless
+// LMX_CUDA_ROWS=0 (read once; other values an error). On an H100 a Qwen3-4B 4-bit step of 8 rows
+// ran 2.4x the per-row MLX path (docs/benchmarks.md); its gates: docs/gpu.md.
 bool rows_routed();
 
 }  // namespace lmx::kernels::cuda
