@@ -1,6 +1,7 @@
 #include "generate/speculative.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "cache/quantized_kv_cache.h"
 #include "cache/rotating_kv_cache.h"
@@ -201,8 +202,12 @@ mx::array SpeculativeGenerator::log_probs(const Model& m, const mx::array& logit
                          : mx::subtract(logits, mx::logsumexp(logits, -1, /*keepdims=*/true));
 }
 
+// Plain steps of a back-off pause queued before one read: fewer reads than one per token, and a
+// stream that ends early (EOS, a stop) computed at most this many tokens it did not need.
+constexpr int kPlainChunk = 8;
+
 void SpeculativeGenerator::plain_steps() {
-  const int steps = std::min({pause_, opt_.num_draft_tokens + 1, opt_.max_tokens - n_});
+  const int steps = std::min({pause_, kPlainChunk, opt_.max_tokens - n_});
   const bool greedy = opt_.sampler.temp == 0;
   mx::array in = int_array({y_});
   std::vector<mx::array> tokens, lps, states;
@@ -380,8 +385,10 @@ void SpeculativeGenerator::round() {
   if (!drafter_.backoff) return;
   if (k > 0 && n == 0) {
     if (++dry_ >= Drafter::kDryRounds) {
-      pause_ = next_pause_;
-      next_pause_ = std::min(2 * next_pause_, Drafter::kMaxPause);
+      // Past the longest pause the proposer is dropped for the rest of the stream: a draft model
+      // would otherwise still be fed every token at its next probe.
+      pause_ = next_pause_ > Drafter::kMaxPause ? std::numeric_limits<int>::max() : next_pause_;
+      next_pause_ *= 2;
       dry_ = 0;
     }
   } else if (n > 0) {

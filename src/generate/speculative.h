@@ -22,9 +22,9 @@ struct Drafter {
   const DFlashDrafter* dflash = nullptr;  // made for this target (generate/dflash.h)
   // Back off when proposals stop being accepted: after kDryRounds rounds in a row that kept no
   // proposal, decode plainly for a pause that starts at kFirstPause tokens and doubles with each
-  // further back-off (up to kMaxPause), run as pipelined plain steps; a round that keeps a
-  // proposal resets it. Off: every round drafts (mlx-lm's speculative_generate_step, whose
-  // acceptance counts the tests compare).
+  // further back-off, run as pipelined plain steps; a round that keeps a proposal resets it; past
+  // kMaxPause the stream decodes plainly to its end. Off: every round drafts (mlx-lm's
+  // speculative_generate_step, whose acceptance counts the tests compare).
   bool backoff = true;
   static constexpr int kDryRounds = 2, kFirstPause = 16, kMaxPause = 256;
 };
@@ -70,7 +70,7 @@ class SpeculativeGenerator {
 
  private:
   void round();
-  // Backed off: up to K + 1 plain steps, each fed the previous one's lazy token, read at once.
+  // Backed off: a few plain steps, each fed the previous one's lazy token, read at once.
   void plain_steps();
   mx::array log_probs(const Model& m, const mx::array& logits) const;
   void rollback_draft(int fed, int trim, const std::vector<int>& accepted);
