@@ -3,7 +3,8 @@
 #   bench/fuzz.sh [-n RUNS] [-t SECONDS] [target ...]   (default: every target, 1000000 runs each;
 #                                                       -t also stops each target after SECONDS)
 # Installs clang-14 if missing (scripts/bootstrap.sh --fuzz), builds the targets in build-fuzz
-# (-DLMX_FUZZ=ON: ASan + UBSan + libFuzzer). Each target starts from its seed corpus (tests/fuzz/corpus/<target>) plus what earlier runs found
+# (-DLMX_FUZZ=ON: ASan + UBSan + libFuzzer). Each target starts from its seed corpus (build-fuzz/seeds/<target>,
+# made by scripts/gen_fuzz_seeds.py with the real libraries) plus what earlier runs found
 # (build-fuzz/corpus/<target>); a crash, leak, timeout (10 s per input) or out-of-memory (2 GiB)
 # stops that target, leaves the input in build-fuzz/artifacts/<target>/ and fails the script.
 # Prints one line per target: executions, seconds, coverage, corpus size and the result.
@@ -27,9 +28,11 @@ build="$root/build-fuzz"
 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g" \
   -DCMAKE_CXX_COMPILER="$cxx" -DLMX_FUZZ=ON -DLMX_BUILD_TESTS=OFF \
   -DMLX_DIR="$(mlx_cmake_dir cpu)" >/dev/null
+seeds="$build/seeds"
+[[ -d "$seeds" ]] || "$root/.venv/bin/python" scripts/gen_fuzz_seeds.py "$seeds"
 targets=("$@")
 if [[ ${#targets[@]} -eq 0 ]]; then
-  for d in tests/fuzz/corpus/*/; do targets+=("$(basename "$d")"); done
+  for d in "$seeds"/*/; do targets+=("$(basename "$d")"); done
 fi
 cmake --build "$build" -j"$(nproc)" --target "${targets[@]/#/lmx_fuzz_}"
 
@@ -48,7 +51,7 @@ for t in "${targets[@]}"; do
   rc=0
   "$build/tests/fuzz/lmx_fuzz_$t" -runs="$runs" -max_total_time="$secs_limit" -timeout=10 -rss_limit_mb=2048 \
     -max_len=65536 -print_final_stats=1 -artifact_prefix="$art/" "$corpus" \
-    "tests/fuzz/corpus/$t" >"$log" 2>&1 || rc=$?
+    "$seeds/$t" >"$log" 2>&1 || rc=$?
   secs=$(($(date +%s) - start))
   done_runs=$(grep -oE 'Done [0-9]+ runs' "$log" | grep -oE '[0-9]+' || true)
   [[ -n "$done_runs" ]] || done_runs=$(grep -oE 'stat::number_of_executed_units: *[0-9]+' "$log" |

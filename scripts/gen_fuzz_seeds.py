@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""Writes the seed corpora of the libFuzzer targets (tests/fuzz/corpus/<target>/), small valid
-inputs made with the real libraries (mlx's save_safetensors, mlx-lm's save_prompt_cache, gguf-py's
-GGUFWriter, tokenizers' trainers) and fixed seeds. The files are committed; rerun this after a
-format changes:  .venv/bin/python scripts/gen_fuzz_seeds.py tests/fuzz/corpus"""
+"""Writes the seed corpora of the libFuzzer targets (DIR/<target>/), small valid inputs made with
+the real libraries (mlx's save_safetensors, mlx-lm's save_prompt_cache, gguf-py's GGUFWriter,
+tokenizers' trainers) and fixed seeds. bench/fuzz.sh runs it into build-fuzz/seeds (nothing of it
+is committed):  .venv/bin/python scripts/gen_fuzz_seeds.py DIR"""
 import json
 import struct
 import sys
