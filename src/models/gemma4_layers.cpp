@@ -26,13 +26,6 @@ mx::array geglu(const mx::array& gate, const mx::array& x) {
   return fn({gate, x})[0];
 }
 
-mx::array last_axis(const mx::array& x, int start, int stop) {
-  mx::Shape lo(x.ndim(), 0), hi = x.shape();
-  lo.back() = start;
-  hi.back() = stop;
-  return mx::slice(x, lo, hi);
-}
-
 nn::RMSNorm norm(WeightStore& w, const std::string& path, const Args& a) {
   return nn::RMSNorm::load(w, path, a.hidden_size, a.rms_norm_eps);
 }
@@ -56,8 +49,7 @@ mx::array MLP::operator()(const mx::array& x) const {
 std::pair<mx::array, mx::array> Router::operator()(const mx::array& x) const {
   mx::array w = mx::multiply(scale, mx::array(static_cast<float>(root_size), scale.dtype()));
   mx::array scores = proj(mx::fast::rms_norm(x, w, eps));
-  const int E = scores.shape(-1);
-  mx::array idx = last_axis(mx::argpartition(scores, -top_k, -1), E - top_k, E);
+  mx::array idx = nn::top_k_experts(scores, top_k);
   mx::array weights = mx::softmax(mx::take_along_axis(scores, idx, -1), -1, /*precise=*/false);
   return {idx, mx::multiply(weights, mx::take(per_expert_scale, idx, 0))};
 }

@@ -140,11 +140,7 @@ struct MLPBlock {
 
   mx::array operator()(const mx::array& x) const {
     mx::array g = router(x);
-    const int E = g.shape(-1);
-    mx::array inds = mx::argpartition(g, -top_k, -1);
-    mx::Shape lo(inds.ndim(), 0), hi = inds.shape();
-    lo.back() = E - top_k;
-    inds = mx::slice(inds, lo, hi);
+    mx::array inds = nn::top_k_experts(g, top_k);
     mx::array weights = mx::softmax(mx::take_along_axis(g, inds, -1), -1, /*precise=*/true);
     mx::array y = experts(x, inds);
     return mx::sum(mx::multiply(y, mx::expand_dims(weights, -1)), -2);

@@ -67,12 +67,7 @@ struct SparseMoeBlock {
 
   mx::array operator()(const mx::array& x) const {
     mx::array gates = mx::softmax(gate(x), -1, /*precise=*/true);
-    const int E = gates.shape(-1);
-    // argpartition(gates, kth=-k)[..., -k:]
-    mx::array inds = mx::argpartition(gates, -top_k, -1);
-    mx::Shape lo(inds.ndim(), 0), hi = inds.shape();
-    lo.back() = E - top_k;
-    inds = mx::slice(inds, lo, hi);
+    mx::array inds = nn::top_k_experts(gates, top_k);
     mx::array scores = mx::take_along_axis(gates, inds, -1);
     if (norm_topk_prob) scores = mx::divide(scores, mx::sum(scores, -1, /*keepdims=*/true));
     mx::array y = switch_mlp(x, inds);

@@ -60,4 +60,12 @@ mx::array SwitchGLU::operator()(const mx::array& x_in, const mx::array& indices)
   return mx::squeeze(x, -2);
 }
 
+mx::array top_k_experts(const mx::array& scores, int k) {
+  const int E = scores.shape(-1);
+  mx::array inds = mx::argpartition(scores, -k, -1);
+  mx::Shape lo(inds.ndim(), 0), hi = inds.shape();
+  lo.back() = E - k;
+  return mx::slice(inds, lo, hi);
+}
+
 }  // namespace lmx::nn

@@ -24,6 +24,10 @@ struct SwitchLinear {
   mx::array operator()(const mx::array& x, const mx::array& indices, bool sorted_indices) const;
 };
 
+// The k experts of highest score per token, in argpartition's order: mlx-lm's
+// argpartition(scores, kth=-k, axis=-1)[..., -k:]. scores (..., E) -> (..., k).
+mx::array top_k_experts(const mx::array& scores, int k);
+
 struct SwitchGLU {
   SwitchLinear gate_proj, up_proj, down_proj;
   // activation(x_up, x_gate); SwiGLU (swiglu(gate, x_up)) by default.
