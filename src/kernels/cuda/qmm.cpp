@@ -336,12 +336,22 @@ bool rows_routed() {
   return on;
 }
 
+namespace {
+
+// The kernel runs here and takes this layout, whatever the row count.
+bool takes_layout(const mx::array& x, const mx::array& w, const mx::array& scales,
+                  const QmmOptions& opt) {
+  return x.ndim() >= 1 && w.ndim() == 2 && available() && x.dtype() == scales.dtype() &&
+         supports(opt.bits, opt.group_size, "affine", scales.dtype(), w.shape(0), x.shape(-1));
+}
+
+}  // namespace
+
 bool takes_kernel(const mx::array& x, const mx::array& w, const mx::array& scales,
                   const QmmOptions& opt) {
-  if (x.ndim() < 1 || w.ndim() != 2) return false;
+  if (!takes_layout(x, w, scales, opt)) return false;
   const int M = rows_of(x);
-  return available() && M >= 1 && M <= kMaxRows && x.dtype() == scales.dtype() &&
-         supports(opt.bits, opt.group_size, "affine", scales.dtype(), w.shape(0), x.shape(-1));
+  return M >= 1 && M <= kMaxRows;
 }
 
 mx::array qmv(const mx::array& x, const mx::array& w, const mx::array& scales,
@@ -380,22 +390,20 @@ mx::array qmv(const mx::array& x, const mx::array& w, const mx::array& scales,
 mx::array quantized_matmul(const mx::array& x, const mx::array& w, const mx::array& scales,
                            const mx::array& biases, const QmmOptions& opt) {
   if (takes_kernel(x, w, scales, opt)) return qmv(x, w, scales, biases, opt);
-  const int M = x.ndim() >= 1 ? rows_of(x) : 0;
-  if (M > kMaxRows && M <= kChunkedRows && w.ndim() == 2) {
+  const int M = takes_layout(x, w, scales, opt) ? rows_of(x) : 0;
+  if (M > kMaxRows && M <= kChunkedRows) {
     // A batched decode step of 17-64 rows: the kernel kMaxRows rows at a time. MLX's quantized
     // matmul at these row counts made a 17-row Qwen3-4B step cost 2x a 16-row one on an H100
     // (docs/benchmarks.md).
     const int K = x.shape(-1);
     mx::array x2 = mx::reshape(x, {M, K});
-    if (takes_kernel(mx::slice(x2, {0, 0}, {kMaxRows, K}), w, scales, opt)) {
-      std::vector<mx::array> parts;
-      for (int r = 0; r < M; r += kMaxRows)
-        parts.push_back(
-            qmv(mx::slice(x2, {r, 0}, {std::min(r + kMaxRows, M), K}), w, scales, biases, opt));
-      mx::Shape out_shape = x.shape();
-      out_shape.back() = w.shape(0);
-      return mx::reshape(mx::concatenate(parts, 0), out_shape);
-    }
+    std::vector<mx::array> parts;
+    for (int r = 0; r < M; r += kMaxRows)
+      parts.push_back(
+          qmv(mx::slice(x2, {r, 0}, {std::min(r + kMaxRows, M), K}), w, scales, biases, opt));
+    mx::Shape out_shape = x.shape();
+    out_shape.back() = w.shape(0);
+    return mx::reshape(mx::concatenate(parts, 0), out_shape);
   }
   return mx::quantized_matmul(x, w, scales, biases, true, opt.group_size, opt.bits, "affine");
 }
