@@ -260,8 +260,8 @@ int connection_socket(const httplib::Request& req) {
 // Debian's cpp-httplib is a shared library built with a listen backlog of 5: a burst of new
 // connections from many clients then overflows the accept queue while the accept thread waits
 // for the CPU, and the kernel drops them (the soak saw 2 connection resets in 128,000 requests
-// from 64 clients, with the kernel's ListenOverflows rising). listen() again on the bound socket
-// raises its backlog.
+// from 64 clients, and the kernel had counted ListenOverflows). listen() again on the bound
+// socket raises its backlog.
 void widen_backlog(int port) {
   const int fd = find_socket(
       [&](int fd, const sockaddr_storage& local, const sockaddr_storage&, socklen_t peer_len) {
