@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Reference data for `lmx convert` (tests/unit/test_convert.cpp, scripts/check_convert_tokenizer.py).
 
-usage: gen_convert_fixtures.py OUT_DIR [--cache DIR]
+usage: gen_convert_fixtures.py OUT_DIR [--cache DIR] [--hf-only]
 
 Writes, under OUT_DIR:
   hf/index.json, hf/<case>/{src,ref}/   tiny random HF checkpoints (llama, qwen2, qwen3,
@@ -434,7 +434,34 @@ HF_CASES = [
     ("qwen3_5_bf16", "qwen3_5", {"tie_word_embeddings": False}, {}, []),
     ("qwen3_5_moe_q4_g32", "qwen3_5_moe", {"tie_word_embeddings": False},
      {"quantize": True, "q_group_size": 32}, ["-q", "--q-group-size", "32"]),
+    # Families whose checkpoints write_hf_family lays out by hand, with the tensor names and
+    # shapes of transformers' modeling_<type>.py (torch, which its model classes need, is not in
+    # the pinned environment); configs carry the keys the released checkpoints' config.json have.
+    ("phi3_bf16", "phi3", {"rope_scaling": "longrope"}, {}, []),
+    ("phi3_q4_g64", "phi3", {}, {"quantize": True}, ["-q"]),
+    ("gemma2_q4_g32_f32", "gemma2", {}, {"quantize": True, "q_group_size": 32, "dtype": "float32"},
+     ["-q", "--q-group-size", "32", "--dtype", "float32"]),
+    ("gemma2_bf16", "gemma2", {}, {}, []),
+    ("olmo2_bf16_inv_freq", "olmo2", {"inv_freq": True}, {}, []),
+    ("olmo2_q8_g64", "olmo2", {}, {"quantize": True, "q_bits": 8}, ["-q", "--q-bits", "8"]),
+    ("glm4_bf16", "glm4", {}, {}, []),
+    ("glm4_q4_g64", "glm4", {}, {"quantize": True}, ["-q"]),
+    # granite's quant_predicate: o_proj, down_proj and lm_head at 8 bits, group 64.
+    ("granite_q4_g32_untied", "granite", {"tie_word_embeddings": False},
+     {"quantize": True, "q_group_size": 32}, ["-q", "--q-group-size", "32"]),
+    ("granite_bf16_tied", "granite", {"tie_word_embeddings": True, "with_lm_head": True}, {}, []),
+    ("smollm3_bf16", "smollm3", {"inv_freq": True, "with_lm_head": True}, {}, []),
+    ("smollm3_q4_g64", "smollm3", {}, {"quantize": True}, ["-q"]),
+    # qwen3_moe: per-expert tensors stacked into switch_mlp; the router (mlp.gate) at 8 bits.
+    ("qwen3_moe_bf16", "qwen3_moe", {}, {}, []),
+    ("qwen3_moe_q4_g64", "qwen3_moe", {}, {"quantize": True}, ["-q"]),
+    # gpt_oss in OpenAI's layout: MXFP4 experts (uint8 _blocks / _scales) kept as MLX mxfp4; -q
+    # quantizes the rest (affine, the router at 8 bits).
+    ("gpt_oss_mxfp4", "gpt_oss", {}, {}, []),
+    ("gpt_oss_mxfp4_q4_g64", "gpt_oss", {}, {"quantize": True}, ["-q"]),
 ]
+
+FAMILIES = {"phi3", "gemma2", "olmo2", "glm4", "granite", "smollm3", "qwen3_moe", "gpt_oss"}
 
 
 def tiny_tokenizer(dst: Path):
@@ -620,6 +647,162 @@ def write_hf_hybrid(dst: Path, model_type: str, extra: dict, seed: int):
     tiny_tokenizer(dst)
 
 
+def write_hf_family(dst: Path, model_type: str, extra: dict, seed: int):
+    """A tiny checkpoint of one of FAMILIES in Hugging Face's layout (bfloat16 matrices, float32
+    norms so that the cast shows)."""
+    import mlx.core as mx
+
+    rng = np.random.default_rng(seed)
+    H, L, nH, nKV, V, I, D = 64, 2, 4, 2, 128, 128, 16
+    E, EI = 4, 64  # experts, expert intermediate size
+
+    def mat(*shape, scale=0.02):
+        return mx.array((rng.standard_normal(shape) * scale).astype(np.float32)).astype(mx.bfloat16)
+
+    def norm(n):
+        return (1 + mat(n, scale=0.1)).astype(mx.float32)
+
+    arch = {"phi3": "Phi3ForCausalLM", "gemma2": "Gemma2ForCausalLM", "olmo2": "Olmo2ForCausalLM",
+            "glm4": "Glm4ForCausalLM", "granite": "GraniteForCausalLM",
+            "smollm3": "SmolLM3ForCausalLM", "qwen3_moe": "Qwen3MoeForCausalLM",
+            "gpt_oss": "GptOssForCausalLM"}[model_type]
+    config = {"architectures": [arch], "model_type": model_type, "hidden_size": H,
+              "intermediate_size": I, "num_hidden_layers": L, "num_attention_heads": nH,
+              "num_key_value_heads": nKV, "rms_norm_eps": 1e-5, "vocab_size": V,
+              "max_position_embeddings": 4096, "rope_theta": 10000.0, "hidden_act": "silu",
+              "torch_dtype": "bfloat16", "bos_token_id": 121, "eos_token_id": 122,
+              "_name_or_path": "tiny/random", "attention_dropout": 0.0, "use_cache": True}
+    hd = H // nH  # phi3, granite: head_dim = hidden / heads
+    tie = False
+    if model_type == "phi3":
+        config.update({"original_max_position_embeddings": 4096, "sliding_window": 2047,
+                       "embd_pdrop": 0.0, "resid_pdrop": 0.0, "rope_scaling": None,
+                       "tie_word_embeddings": False})
+        if extra.get("rope_scaling") == "longrope":  # Phi-3.5's
+            config.update({"max_position_embeddings": 131072,
+                           "rope_scaling": {"type": "longrope",
+                                            "long_factor": [1.0 + 0.5 * i for i in range(hd // 2)],
+                                            "short_factor": [1.0] * (hd // 2)}})
+    elif model_type == "gemma2":
+        hd = D
+        config.update({"head_dim": D, "query_pre_attn_scalar": D, "sliding_window": 16,
+                       "attn_logit_softcapping": 50.0, "final_logit_softcapping": 30.0,
+                       "hidden_activation": "gelu_pytorch_tanh", "cache_implementation": "hybrid",
+                       "rms_norm_eps": 1e-6, "attention_bias": False})
+        tie = True  # gemma2 has no lm_head
+    elif model_type == "olmo2":
+        config.update({"attention_bias": False, "tie_word_embeddings": False, "rope_scaling": None,
+                       "rms_norm_eps": 1e-6})
+    elif model_type == "glm4":
+        hd = D
+        config.update({"head_dim": D, "attention_bias": True, "partial_rotary_factor": 0.5,
+                       "tie_word_embeddings": False, "rms_norm_eps": 1e-5})
+    elif model_type == "granite":
+        tie = extra["tie_word_embeddings"]
+        config.update({"attention_bias": False, "mlp_bias": False, "attention_multiplier": 0.015625,
+                       "embedding_multiplier": 12.0, "residual_multiplier": 0.22,
+                       "logits_scaling": 8.0, "rope_scaling": None, "tie_word_embeddings": tie})
+    elif model_type == "smollm3":
+        tie = True
+        config.update({"attention_bias": False, "mlp_bias": False, "tie_word_embeddings": True,
+                       "no_rope_layer_interval": 2, "no_rope_layers": [1, 0],
+                       "layer_types": ["full_attention"] * L, "use_sliding_window": False})
+    elif model_type == "qwen3_moe":
+        hd = D
+        config.update({"head_dim": D, "num_experts": E, "num_experts_per_tok": 2,
+                       "moe_intermediate_size": EI, "decoder_sparse_step": 1,
+                       "mlp_only_layers": [1], "norm_topk_prob": True, "attention_bias": False,
+                       "tie_word_embeddings": False, "rope_scaling": None})
+    elif model_type == "gpt_oss":
+        hd = D
+        config.update({"head_dim": D, "num_local_experts": E, "num_experts_per_tok": 2,
+                       "experts_per_token": 2, "intermediate_size": EI, "sliding_window": 8,
+                       "layer_types": ["sliding_attention", "full_attention"],
+                       "attention_bias": True, "swiglu_limit": 7.0, "rope_theta": 150000.0,
+                       "rope_scaling": {"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0,
+                                        "beta_slow": 1.0, "truncate": False,
+                                        "original_max_position_embeddings": 4096},
+                       "initial_context_length": 4096, "tie_word_embeddings": False,
+                       "quantization_config": {
+                           "modules_to_not_convert": ["model.layers.*.self_attn",
+                                                      "model.layers.*.mlp.router",
+                                                      "model.embed_tokens", "lm_head"],
+                           "quant_method": "mxfp4"}})
+    w = {"model.embed_tokens.weight": mat(V, H)}
+    for i in range(L):
+        p = f"model.layers.{i}."
+        a = p + "self_attn."
+        if model_type == "phi3":
+            w[a + "qkv_proj.weight"] = mat((nH + 2 * nKV) * hd, H)
+        else:
+            w[a + "q_proj.weight"] = mat(nH * hd, H)
+            w[a + "k_proj.weight"] = mat(nKV * hd, H)
+            w[a + "v_proj.weight"] = mat(nKV * hd, H)
+        w[a + "o_proj.weight"] = mat(H, nH * hd)
+        if model_type in ("glm4", "gpt_oss"):
+            for n, o in (("q", nH * hd), ("k", nKV * hd), ("v", nKV * hd)):
+                w[a + f"{n}_proj.bias"] = mat(o, scale=0.1)
+        if model_type == "gpt_oss":
+            w[a + "o_proj.bias"] = mat(H, scale=0.1)
+            w[a + "sinks"] = mat(nH, scale=1.0)
+        if model_type == "olmo2":
+            w[a + "q_norm.weight"] = norm(nH * hd)
+            w[a + "k_norm.weight"] = norm(nKV * hd)
+        if model_type == "qwen3_moe":
+            w[a + "q_norm.weight"] = norm(hd)
+            w[a + "k_norm.weight"] = norm(hd)
+        if extra.get("inv_freq"):
+            w[a + "rotary_emb.inv_freq"] = mx.arange(hd // 2).astype(mx.float32)
+        m = p + "mlp."
+        if model_type in ("phi3", "glm4"):
+            w[m + "gate_up_proj.weight"] = mat(2 * I, H)
+            w[m + "down_proj.weight"] = mat(H, I)
+        elif model_type == "qwen3_moe" and i not in config["mlp_only_layers"]:
+            w[m + "gate.weight"] = mat(E, H)
+            for e in range(E):
+                w[m + f"experts.{e}.gate_proj.weight"] = mat(EI, H)
+                w[m + f"experts.{e}.up_proj.weight"] = mat(EI, H)
+                w[m + f"experts.{e}.down_proj.weight"] = mat(H, EI)
+        elif model_type == "gpt_oss":
+            # OpenAI's layout: gate and up interleaved along the output rows, MXFP4 blocks of 32
+            # weights (16 bytes of nibbles) with one E8M0 scale byte each.
+            w[m + "router.weight"] = mat(E, H)
+            w[m + "router.bias"] = mat(E, scale=0.1)
+            w[m + "experts.gate_up_proj_blocks"] = mx.array(
+                rng.integers(0, 256, (E, 2 * EI, H // 32, 16), dtype=np.uint8))
+            w[m + "experts.gate_up_proj_scales"] = mx.array(
+                rng.integers(118, 124, (E, 2 * EI, H // 32), dtype=np.uint8))
+            w[m + "experts.gate_up_proj_bias"] = mat(E, 2 * EI, scale=0.1)
+            w[m + "experts.down_proj_blocks"] = mx.array(
+                rng.integers(0, 256, (E, H, EI // 32, 16), dtype=np.uint8))
+            w[m + "experts.down_proj_scales"] = mx.array(
+                rng.integers(118, 124, (E, H, EI // 32), dtype=np.uint8))
+            w[m + "experts.down_proj_bias"] = mat(E, H, scale=0.1)
+        else:
+            w[m + "gate_proj.weight"] = mat(I, H)
+            w[m + "up_proj.weight"] = mat(I, H)
+            w[m + "down_proj.weight"] = mat(H, I)
+        if model_type == "olmo2":
+            w[p + "post_attention_layernorm.weight"] = norm(H)
+            w[p + "post_feedforward_layernorm.weight"] = norm(H)
+        else:
+            w[p + "input_layernorm.weight"] = norm(H)
+            w[p + "post_attention_layernorm.weight"] = norm(H)
+        if model_type == "gemma2":
+            w[p + "pre_feedforward_layernorm.weight"] = mat(H, scale=0.1).astype(mx.float32)
+            w[p + "post_feedforward_layernorm.weight"] = mat(H, scale=0.1).astype(mx.float32)
+        if model_type == "glm4":
+            w[p + "post_self_attn_layernorm.weight"] = norm(H)
+            w[p + "post_mlp_layernorm.weight"] = norm(H)
+    w["model.norm.weight"] = norm(H)
+    if not tie or extra.get("with_lm_head"):
+        w["lm_head.weight"] = mat(V, H)
+    dst.mkdir(parents=True, exist_ok=True)
+    mx.save_safetensors(str(dst / "model.safetensors"), w, metadata={"format": "pt"})
+    (dst / "config.json").write_text(json.dumps(config, indent=2))
+    tiny_tokenizer(dst)
+
+
 def hf_fixtures(out: Path):
     from mlx_lm import convert
 
@@ -630,7 +813,9 @@ def hf_fixtures(out: Path):
     index = []
     for i, (name, model_type, extra, kwargs, flags) in enumerate(HF_CASES):
         src, ref = hf / name / "src", hf / name / "ref"
-        if model_type.startswith("qwen3_next") or model_type.startswith("qwen3_5"):
+        if model_type in FAMILIES:
+            write_hf_family(src, model_type, extra, seed=100 + i)
+        elif model_type.startswith("qwen3_next") or model_type.startswith("qwen3_5"):
             write_hf_hybrid(src, model_type, extra, seed=100 + i)
         else:
             write_hf_checkpoint(src, model_type, extra, seed=100 + i)
@@ -649,6 +834,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("out")
     ap.add_argument("--cache", default=str(ROOT / ".cache"))
+    ap.add_argument("--hf-only", action="store_true", help="only hf/ (seconds; no downloads)")
     args = ap.parse_args()
     out, cache = Path(args.out), Path(args.cache)
     out.mkdir(parents=True, exist_ok=True)
@@ -656,6 +842,8 @@ def main():
 
     log("HF checkpoints and mlx_lm.convert references")
     hf_fixtures(out)
+    if args.hf_only:
+        return
 
     g = out / "gguf"
     g.mkdir(exist_ok=True)

@@ -9,6 +9,7 @@
 #include "convert/convert.h"
 #include "convert/mlx_writer.h"
 #include "core/error.h"
+#include "models/model.h"
 #include "models/qwen3_next.h"
 
 namespace lmx::convert {
@@ -17,11 +18,16 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// Architectures whose sanitize is reproduced here, and the hybrids, which run mlx-lm's sanitize
-// of those families as the loader does (models/qwen3_next.h).
+// Architectures whose sanitize is reproduced here, the hybrids, which run mlx-lm's sanitize of
+// those families as the loader does (models/qwen3_next.h), and the families converted through
+// their registered architecture: its sanitize (mlx-lm's Model.sanitize), then a build of the
+// model from the result, which checks every tensor's name and shape as mlx-lm's strict load does.
 const std::set<std::string> kSupportedTypes = {
-    "llama", "mistral", "qwen2", "qwen3", "gemma3_text", "qwen3_next", "qwen3_5", "qwen3_5_moe"};
+    "llama", "mistral", "qwen2", "qwen3", "gemma3_text", "qwen3_next", "qwen3_5",   "qwen3_5_moe",
+    "phi3",  "gemma2",  "olmo2", "glm4",  "granite",     "smollm3",    "qwen3_moe", "gpt_oss"};
 const std::set<std::string> kHybridTypes = {"qwen3_next", "qwen3_5", "qwen3_5_moe"};
+const std::set<std::string> kRegisteredTypes = {"phi3",    "gemma2",  "olmo2",     "glm4",
+                                                "granite", "smollm3", "qwen3_moe", "gpt_oss"};
 
 // Tokenizer and side files mlx-lm's save writes or copies (tokenizer.save_pretrained writes the
 // tokenizer files; *.py and generation_config.json are copied).
@@ -37,17 +43,29 @@ const char* kCopiedFiles[] = {"tokenizer.json",
                               "generation_config.json"};
 
 // mlx-lm quantizes modules with `to_quantized` (Linear, Embedding, SwitchLinear). In these
-// architectures those are the 2-D `.weight` tensors and the hybrids' 3-D switch_mlp experts;
-// norms are 1-D, the hybrids' conv1d weights 3-D.
+// architectures those are the 2-D `.weight` tensors and the 3-D experts (switch_mlp, gpt_oss's
+// experts); norms are 1-D, the hybrids' conv1d weights 3-D.
 bool is_quantizable(const std::string& name, const mx::array& w) {
   return ends_with(name, ".weight") &&
-         (w.ndim() == 2 || (w.ndim() == 3 && name.find(".switch_mlp.") != std::string::npos));
+         (w.ndim() == 2 || (w.ndim() == 3 && (name.find(".switch_mlp.") != std::string::npos ||
+                                              name.find(".experts.") != std::string::npos)));
 }
 
-// The hybrids' quant_predicate: the MoE routers (mlp.gate, mlp.shared_expert_gate) at 8 bits,
-// group 64 (qwen3_5: only when the model has experts).
-std::optional<QuantParams> hybrid_override(const std::string& model_type, const ojson& config,
-                                           const std::string& module) {
+// The families' quant_predicate. The hybrids: the MoE routers (mlp.gate, mlp.shared_expert_gate)
+// at 8 bits, group 64 (qwen3_5: only when the model has experts); qwen3_moe: mlp.gate; gpt_oss:
+// the router; granite: o_proj, down_proj and lm_head (small block absmax).
+std::optional<QuantParams> quant_override(const std::string& model_type, const ojson& config,
+                                          const std::string& module) {
+  const QuantParams eight{64, 8};
+  if (model_type == "qwen3_moe")
+    return ends_with(module, "mlp.gate") ? std::optional(eight) : std::nullopt;
+  if (model_type == "gpt_oss")
+    return ends_with(module, "router") ? std::optional(eight) : std::nullopt;
+  if (model_type == "granite") {
+    const bool high = ends_with(module, "self_attn.o_proj") || ends_with(module, "mlp.down_proj") ||
+                      module == "lm_head";
+    return high ? std::optional(eight) : std::nullopt;
+  }
   if (!kHybridTypes.count(model_type)) return std::nullopt;
   if (model_type != "qwen3_next") {
     const ojson& t = config.contains("text_config") ? config["text_config"] : config;
@@ -95,8 +113,23 @@ void convert_hf(const ConvertOptions& opt) {
     fail(config_path.string(), "model_type '", model_type, "' is not supported by lmx convert (",
          list, ")");
   }
-  check(!config.contains("quantization") && !config.contains("quantization_config"),
-        config_path.string(), "the model is already quantized (config has a quantization block)");
+  const bool registered = kRegisteredTypes.count(model_type) > 0;
+  // mlx-lm load_model's legacy quantization_config: OpenAI's MXFP4 checkpoints (gpt-oss) keep
+  // their packed experts, and the config records the mode in both blocks.
+  std::optional<QuantParams> prequantized;
+  if (registered && !config.contains("quantization") && config.contains("quantization_config") &&
+      config["quantization_config"].is_object() &&
+      config["quantization_config"].value("quant_method", std::string()) == "mxfp4") {
+    prequantized = QuantParams{32, 4};
+    const ojson q = {{"group_size", 32}, {"bits", 4}, {"mode", "mxfp4"}};
+    config["quantization"] = q;
+    config["quantization_config"] = q;
+  }
+  check(
+      prequantized || (!config.contains("quantization") && !config.contains("quantization_config")),
+      config_path.string(),
+      "the model is already quantized (config has a quantization block), expected a float "
+      "checkpoint or gpt-oss's mxfp4 quantization_config");
 
   if (opt.verbose) std::fprintf(stderr, "[INFO] Loading %s\n", src.string().c_str());
   Weights weights = load_model_weights(src);
@@ -127,8 +160,21 @@ void convert_hf(const ConvertOptions& opt) {
       hybrid::sanitize_qwen3_5_moe(c, weights);
     }
   }
+  if (registered) {
+    const json c = json::parse(config.dump());
+    const Architecture* arch = find_architecture(model_type);
+    check(arch != nullptr, "convert", "model_type '", model_type, "' is not registered");
+    if (arch->sanitize) arch->sanitize(c, weights);
+    WeightStore store(weights, QuantConfig::from_config(c, config_path.string()), src.string());
+    try {
+      (void)arch->build(c, store);
+    } catch (const json::exception& e) {
+      fail(config_path.string(), "invalid config: ", e.what());
+    }
+    store.check_all_used();
+  }
   // sanitize (llama, qwen2): drop precomputed rotary frequencies.
-  for (auto it = weights.begin(); !hybrid && it != weights.end();) {
+  for (auto it = weights.begin(); !hybrid && !registered && it != weights.end();) {
     if (it->first.find("self_attn.rotary_emb.inv_freq") != std::string::npos) {
       it = weights.erase(it);
     } else {
@@ -138,7 +184,7 @@ void convert_hf(const ConvertOptions& opt) {
   // sanitize: drop the head when tied. ModelArgs defaults: llama/qwen2 tie when the key is
   // missing, qwen3 requires it, gemma3_text ties when the checkpoint has no lm_head.
   bool tie = false;
-  if (hybrid) {
+  if (hybrid || registered) {
     // Done by the architecture's sanitize above.
   } else if (model_type == "gemma3_text") {
     tie = !weights.count("lm_head.weight");
@@ -153,7 +199,7 @@ void convert_hf(const ConvertOptions& opt) {
   }
   if (tie) {
     weights.erase("lm_head.weight");
-  } else if (!hybrid) {
+  } else if (!hybrid && !registered) {
     check(weights.count("lm_head.weight"), src.string(),
           "tie_word_embeddings is false but there is no lm_head.weight tensor");
   }
@@ -186,20 +232,37 @@ void convert_hf(const ConvertOptions& opt) {
   }
 
   QuantMap quantized;
+  std::set<std::string> packed;  // modules the checkpoint already holds quantized
+  if (prequantized) {
+    for (const auto& [k, v] : weights) {
+      if (!ends_with(k, ".scales")) continue;
+      const std::string module = k.substr(0, k.size() - std::string(".scales").size());
+      packed.insert(module);
+      quantized[module] = *prequantized;
+    }
+  }
   if (opt.quantize) {
     const int bits = opt.q_bits.value_or(4);
     const int group = opt.q_group_size.value_or(64);
     check_quant_params(bits, group);
     if (opt.verbose) std::fprintf(stderr, "[INFO] Quantizing\n");
     std::vector<std::string> names;
-    for (const auto& [k, v] : weights)
-      if (is_quantizable(k, v) && v.shape(-1) % group == 0) names.push_back(k);
+    for (const auto& [k, v] : weights) {
+      if (!is_quantizable(k, v)) continue;
+      const std::string prefix = k.substr(0, k.size() - std::string(".weight").size());
+      if (!packed.count(prefix) && v.shape(-1) % group == 0) names.push_back(k);
+    }
     QuantMap overrides;
+    std::vector<std::string> plain;  // quantized with the defaults
     for (const auto& name : names) {
       const mx::array w = weights.at(name);
       const std::string prefix = name.substr(0, name.size() - std::string(".weight").size());
       QuantParams p{group, bits};
-      if (auto o = hybrid_override(model_type, config, prefix)) p = overrides[prefix] = *o;
+      if (auto o = quant_override(model_type, config, prefix)) {
+        p = overrides[prefix] = *o;
+      } else {
+        plain.push_back(prefix);
+      }
       auto q = mx::quantize(w, p.group_size, p.bits);
       weights.erase(name);
       weights.emplace(prefix + ".weight", q[0]);
@@ -207,7 +270,16 @@ void convert_hf(const ConvertOptions& opt) {
       weights.emplace(prefix + ".biases", q[2]);
       quantized[prefix] = p;
     }
-    config["quantization"] = quantization_block({group, bits}, overrides);
+    if (prequantized) {
+      // mlx-lm quantize_model on a partly quantized model keeps its block and records every
+      // module it quantizes (the predicate's dict as given, else the defaults with the mode).
+      ojson& q = config["quantization"];
+      for (const auto& m : plain)
+        q[m] = {{"group_size", group}, {"bits", bits}, {"mode", "affine"}};
+      for (const auto& [m, p] : overrides) q[m] = {{"group_size", p.group_size}, {"bits", p.bits}};
+    } else {
+      config["quantization"] = quantization_block({group, bits}, overrides);
+    }
   } else {
     check(!opt.q_bits && !opt.q_group_size, "convert",
           "--q-bits / --q-group-size need -q (--quantize)");

@@ -4,6 +4,7 @@
 #include <cctype>
 #include <cstdio>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include "core/error.h"
@@ -70,12 +71,17 @@ std::vector<std::string> ordered_names(const Weights& weights) {
 }
 
 int64_t total_parameters(const Weights& weights, const QuantMap& quantized) {
+  // It sums the leaf modules' parameters: a parameter of a module with children (the
+  // gated-DeltaNet layers' A_log and dt_bias, gpt_oss's attention sinks) is not counted.
+  std::set<std::string> parents;
+  for (const auto& [name, a] : weights) {
+    for (std::string m = module_of(module_of(name)); !m.empty(); m = module_of(m)) {
+      if (!parents.insert(m).second) break;
+    }
+  }
   int64_t n = 0;
   for (const auto& [name, a] : weights) {
-    // It sums the leaf modules' parameters: the gated-DeltaNet layers' own A_log and dt_bias sit
-    // on a module with children and are not counted.
-    const std::string own = leaf_of(name);
-    if (own == "A_log" || own == "dt_bias") continue;
+    if (parents.count(module_of(name))) continue;
     auto q = quantized.find(module_of(name));
     if (q == quantized.end()) {
       n += a.size();

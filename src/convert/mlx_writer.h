@@ -26,7 +26,7 @@ using QuantMap = std::map<std::string, QuantParams>;
 std::vector<std::string> ordered_names(const Weights& weights);
 
 // mlx-lm `get_total_parameters`: a quantized module counts weight.size * 32 / bits (+ bias); the
-// parameters of non-leaf modules (the hybrids' A_log and dt_bias) are not counted.
+// parameters of non-leaf modules (the hybrids' A_log and dt_bias, gpt_oss's sinks) are not counted.
 int64_t total_parameters(const Weights& weights, const QuantMap& quantized);
 
 // Writes model.safetensors, or model-0000k-of-0000n.safetensors shards of at most

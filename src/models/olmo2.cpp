@@ -32,8 +32,15 @@ std::unique_ptr<Model> build(const json& c, WeightStore& w) {
   return std::make_unique<nn::DenseDecoder>(parse_args(c), w);
 }
 
-// No sanitize, as in mlx-lm: a tied config with an lm_head.weight tensor is an error.
-const ArchitectureRegistrar kOlmo2("olmo2", {nullptr, build});
+// olmo2.sanitize drops the precomputed rotary frequencies only: a tied config with an
+// lm_head.weight tensor is an error.
+void sanitize(const json&, Weights& w) {
+  std::erase_if(w, [](const auto& kv) {
+    return kv.first.find("self_attn.rotary_emb.inv_freq") != std::string::npos;
+  });
+}
+
+const ArchitectureRegistrar kOlmo2("olmo2", {sanitize, build});
 
 }  // namespace
 }  // namespace lmx
