@@ -150,17 +150,50 @@ Weights load_safetensors(const fs::path& path, Metadata* metadata) {
   SafetensorsHeader h = parse_safetensors_header(*file);
   if (metadata) *metadata = h.metadata;
   Weights out;
-  for (const auto& t : h.tensors) {
-    void* ptr = const_cast<uint8_t*>(file->data() + t.offset);
-    // MLX uses the pointer directly where its allocator can wrap it, else copies now (its CPU
-    // allocator always does); the deleter keeps the mapping alive either way. A copied tensor's
-    // pages are dropped at once, so a load peaks at one copy of the weights, not two.
+  // MLX wraps the mapping where its allocator can (no copy; the deleter keeps the mapping alive),
+  // else lmx copies each tensor into an MLX buffer itself, a few MiB at a time, dropping the pages
+  // already copied: a load peaks at one copy of the weights plus one chunk, not two copies or one
+  // plus the largest tensor (the embedding).
+  bool wraps = false;
+  for (const auto& t : h.tensors)
+    if (t.nbytes > 0) {
+      void* ptr = const_cast<uint8_t*>(file->data() + t.offset);
+      mx::allocator::Buffer b = mx::allocator::make_buffer(ptr, t.nbytes);
+      if (b.ptr() != nullptr) {
+        mx::allocator::release(b);
+        wraps = true;
+      }
+      break;
+    }
+  // In file order, so that the pages a tensor shares with the one before it are dropped too.
+  std::vector<const TensorInfo*> order;
+  for (const auto& t : h.tensors) order.push_back(&t);
+  std::sort(order.begin(), order.end(), [](auto* a, auto* b) { return a->offset < b->offset; });
+  static const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  size_t released = 0, run_end = 0;  // the run's pages before `released` are dropped already
+  for (const auto* tp : order) {
+    const auto& t = *tp;
+    const uint8_t* src = file->data() + t.offset;
     if (t.nbytes == 0) {
       out.emplace(t.name, mx::zeros(t.shape, t.dtype));
+    } else if (wraps) {
+      out.emplace(t.name, mx::array(const_cast<uint8_t*>(src), t.shape, t.dtype, [file](void*) {}));
     } else {
-      mx::array a(ptr, t.shape, t.dtype, [file](void*) {});
-      if (a.data<uint8_t>() != ptr) release_pages(*file, t.offset, t.nbytes);
-      out.emplace(t.name, std::move(a));
+      if (t.offset != run_end) released = t.offset;
+      mx::allocator::Data data = mx::allocator::malloc(t.nbytes);
+      auto* dst = static_cast<uint8_t*>(data.buffer().raw_ptr());
+      constexpr size_t kChunk = size_t{4} << 20;
+      for (size_t done = 0; done < t.nbytes;) {
+        // chunks end on kChunk boundaries of the file, so each released range is whole pages
+        const size_t end =
+            std::min(t.nbytes, (t.offset + done) / kChunk * kChunk + kChunk - t.offset);
+        std::memcpy(dst + done, src + done, end - done);
+        release_pages(*file, released, t.offset + end - released);
+        released = std::max(released, (t.offset + end) / page * page);
+        done = end;
+      }
+      run_end = t.offset + t.nbytes;
+      out.emplace(t.name, mx::array(std::move(data), t.shape, t.dtype));
     }
   }
   return out;
