@@ -26,7 +26,7 @@ SwitchLinear SwitchLinear::load(WeightStore& w, const std::string& path, int in,
     l.biases = w.take_optional(path + ".biases", {experts, out, groups});
     // Tier L3 as for a Linear (nn/layers.cpp): the store asks for it and the kernels handle the
     // layout (MXFP4 experts stay on gather_qmm).
-    l.cpu_kernel = w.cpu_kernels() && l.biases &&
+    l.cpu_kernel = w.cpu_kernels() && kernels::cpu::moe_experts() && l.biases &&
                    kernels::cpu::supports(l.quant->bits, l.quant->group_size, l.quant->mode,
                                           l.scales->dtype());
     if (l.cpu_kernel) {

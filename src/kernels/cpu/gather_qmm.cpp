@@ -4,6 +4,7 @@
 #include <mlx/primitives.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -238,6 +239,16 @@ void prepack_experts(const mx::array& w, const mx::array& scales, const mx::arra
                     bits,
                     w.data_shared_ptr()};
   for (int e = 0; e < w.shape(0); ++e) packed_weight(expert(all, e));
+}
+
+bool moe_experts() {
+  static const bool on = [] {
+    const char* env = std::getenv("LMX_CPU_MOE");
+    if (!env || !*env || std::strcmp(env, "1") == 0) return true;
+    if (std::strcmp(env, "0") == 0) return false;
+    fail("LMX_CPU_MOE", "expected 0 or 1, got '", env, "'");
+  }();
+  return on;
 }
 
 }  // namespace lmx::kernels::cpu

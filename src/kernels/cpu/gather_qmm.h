@@ -24,4 +24,8 @@ mx::array gather_quantized_matmul(const mx::array& x, const mx::array& w, const 
 void prepack_experts(const mx::array& w, const mx::array& scales, const mx::array& biases,
                      int group_size, int bits);
 
+// Whether a load at L3 puts affine experts on this kernel: LMX_CPU_MOE=0|1 (unset: 1; 0 keeps
+// them on mx::gather_qmm, for A/B runs). A bad value is an error.
+bool moe_experts();
+
 }  // namespace lmx::kernels::cpu
