@@ -127,6 +127,12 @@ TEST_P(GatherQmmLayouts, MatchesMlxGatherQmm) {
             EXPECT_LE(rms_ratio(got, want), xdt == mx::float32 ? 1.0 / 8192 : 1.0 / 256)
                 << where.str();
           }
+          if (m == kc::Int8Mode::all && bits <= kc::int8_max_bits(kc::active_isa())) {
+            const mx::array off = kc::gather_quantized_matmul(x, q.w, q.scales, q.biases, c.indices,
+                                                              options(gs, bits, kc::Int8Mode::off));
+            EXPECT_FALSE(mx::array_equal(got, off).item<bool>())
+                << where.str() << ": the int8 path must differ from the float one (it ran)";
+          }
           // Each expert's rows equal the Linear kernel's call on the same rows, bit for bit.
           const int M = c.x.shape(-2);
           const mx::Shape batch(want.shape().begin(), want.shape().end() - 2);
@@ -190,6 +196,18 @@ TEST(GatherQmm, RepeatableAndOtherWidthsRun) {
       EXPECT_TRUE(mx::array_equal(run(), run()).item<bool>()) << c.name;
     }
   }
+}
+
+TEST(GatherQmm, ExpertIdsOutsideTheWeightGiveZeros) {
+  Experts q = quantize_experts(16, 128, 64, 4, mx::float32, 5);
+  const mx::array x = mx::random::normal({3, 1, 128}, mx::float32, mx::random::key(6));
+  const mx::array got = kc::gather_quantized_matmul(
+      x, q.w, q.scales, q.biases, mx::array({2, kExperts, -1}), options(64, 4, kc::Int8Mode::off));
+  const mx::array want = mx::gather_qmm(mx::slice(x, {0, 0, 0}, {1, 1, 128}), q.w, q.scales,
+                                        q.biases, std::nullopt, mx::array({2u}), true, 64, 4);
+  EXPECT_LE(error_to_largest(mx::slice(got, {0, 0, 0}, {1, 1, 16}), want), 2e-6);
+  EXPECT_TRUE(
+      mx::all(mx::equal(mx::slice(got, {1, 0, 0}, {3, 1, 16}), mx::array(0.0f))).item<bool>());
 }
 
 TEST(GatherQmm, BadInputIsAnError) {
