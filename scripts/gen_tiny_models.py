@@ -570,6 +570,7 @@ ROWS = [
     row("gpt_oss_f32_q4_g64", GPT_OSS, 30, 8, dtype="float32", quant=q(4)),
     row("qwen3_5_f32_q4_g64", QWEN3_5, 25, 8, dtype="float32", quant=q(4)),
     row("qwen3_5_moe_f32_q4_g64", QWEN3_5_MOE, 33, 8, dtype="float32", quant=q(4)),
+    row("gemma4_moe_f32_q4_g64", GEMMA4_MOE, 30, 8, dtype="float32", quant=q(4)),
     # --- gemma3_text / gemma3: sliding window 8 with 30-token prompts, so the ring wraps ---
     row("gemma3_text_window8", GEMMA3_TEXT, 30, 8),
     row("gemma3_text_window8_oneshot", GEMMA3_TEXT, 30, 2048, tied_head=True),

@@ -1,6 +1,19 @@
 #include "nn/switch_layers.h"
 
+#include "kernels/cpu/gather_qmm.h"
+
 namespace lmx::nn {
+
+namespace {
+
+kernels::cpu::QmmOptions kernel_options(const QuantSpec& q) {
+  kernels::cpu::QmmOptions opt;
+  opt.group_size = q.group_size;
+  opt.bits = q.bits;
+  return opt;
+}
+
+}  // namespace
 
 SwitchLinear SwitchLinear::load(WeightStore& w, const std::string& path, int in, int out,
                                 int experts, bool has_bias) {
@@ -11,6 +24,23 @@ SwitchLinear SwitchLinear::load(WeightStore& w, const std::string& path, int in,
     l.weight = w.take(path + ".weight", {experts, out, in * l.quant->bits / 32});
     l.scales = w.take(path + ".scales", {experts, out, groups});
     l.biases = w.take_optional(path + ".biases", {experts, out, groups});
+    // Tier L3 as for a Linear (nn/layers.cpp): the store asks for it and the kernels handle the
+    // layout (MXFP4 experts stay on gather_qmm).
+    l.cpu_kernel = w.cpu_kernels() && kernels::cpu::moe_experts() && l.biases &&
+                   kernels::cpu::supports(l.quant->bits, l.quant->group_size, l.quant->mode,
+                                          l.scales->dtype());
+    if (l.cpu_kernel) {
+      // The kernel reads each expert in place: a view (a split of fused gate/up) is copied once.
+      for (mx::array* a : {&l.weight, &*l.scales, &*l.biases}) {
+        mx::eval(*a);
+        if (!a->flags().row_contiguous) {
+          *a = mx::contiguous(*a);
+          mx::eval(*a);
+        }
+      }
+      kernels::cpu::prepack_experts(l.weight, *l.scales, *l.biases, l.quant->group_size,
+                                    l.quant->bits);
+    }
   } else {
     l.weight = w.take(path + ".weight", {experts, out, in});
   }
@@ -21,11 +51,13 @@ SwitchLinear SwitchLinear::load(WeightStore& w, const std::string& path, int in,
 
 mx::array SwitchLinear::operator()(const mx::array& x, const mx::array& indices,
                                    bool sorted_indices) const {
-  mx::array y =
-      quant ? mx::gather_qmm(x, weight, *scales, biases, std::nullopt, indices,
-                             /*transpose=*/true, quant->group_size, quant->bits, quant->mode,
-                             std::nullopt, sorted_indices)
-            : mx::gather_mm(x, mx::swapaxes(weight, -1, -2), std::nullopt, indices, sorted_indices);
+  mx::array y = cpu_kernel ? kernels::cpu::gather_quantized_matmul(x, weight, *scales, *biases,
+                                                                   indices, kernel_options(*quant))
+                : quant    ? mx::gather_qmm(x, weight, *scales, biases, std::nullopt, indices,
+                                            /*transpose=*/true, quant->group_size, quant->bits,
+                                            quant->mode, std::nullopt, sorted_indices)
+                           : mx::gather_mm(x, mx::swapaxes(weight, -1, -2), std::nullopt, indices,
+                                           sorted_indices);
   if (bias) y = mx::add(y, mx::expand_dims(mx::take(*bias, indices, 0), -2));
   for (const auto& a : adapters) y = (*a)(x, indices, sorted_indices, y);
   return y;

@@ -16,6 +16,7 @@ struct SwitchLinear {
   mx::array weight{0.0f};
   std::optional<mx::array> scales, biases, bias;
   std::optional<QuantSpec> quant;
+  bool cpu_kernel = false;  // tier L3: the experts run kernels/cpu/gather_qmm.h
   std::vector<std::shared_ptr<const SwitchAdapter>> adapters;
 
   static SwitchLinear load(WeightStore& w, const std::string& path, int in, int out, int experts,

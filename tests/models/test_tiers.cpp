@@ -6,10 +6,12 @@
 // accumulates bf16 inputs in bf16 (about 1.6% mean relative error per matmul against float32), so
 // there L1 is the less exact side.
 #include <gtest/gtest.h>
+#include <mlx/graph_utils.h>
 
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -106,6 +108,36 @@ TEST_P(Tiers, GreedyOutputsAgree) {
 TEST_P(Tiers, FastTierIsDeterministic) {
   const auto prompt = test::random_tokens(12, vocab_, 7);
   EXPECT_EQ(test::greedy(*fast_.model, prompt, 16), test::greedy(*fast_.model, prompt, 16));
+}
+
+// The MoE rows' experts: MLX's GatherQMM at L1, lmx's gather kernel at L3 (affine experts), for
+// one decode token (unsorted pairs) and a 40-token prefill (L * k >= 64: sorted by expert).
+TEST(TiersMoe, ExpertsRunOnTheKernelAtL3) {
+  for (const char* row : {"qwen3_moe_f32_q4_g32", "gpt_oss_f32_q4_g64", "qwen3_next_f32_q4_g64",
+                          "qwen3_5_moe_f32_q4_g64", "gemma4_moe_f32_q4_g64"}) {
+    const fs::path dir = test::data_path(std::string("parity/") + row);
+    ASSERT_TRUE(fs::is_directory(dir)) << row;
+    LoadedWeights exact = load_model(dir, {.exact = true});
+    LoadedWeights fast = load_model(dir);
+    ASSERT_TRUE(fast.cpu_kernels) << row;
+    const int vocab = exact.info.config.at("vocab_size").get<int>();
+    auto graph = [&](Model& m, int n) {
+      Cache cache = m.make_cache();
+      const auto tokens = test::random_tokens(n, vocab, 11);
+      const mx::array chunk(tokens.data(), {1, n}, mx::int32);
+      std::ostringstream dot;
+      mx::export_to_dot(dot, {m(chunk, cache)});
+      return dot.str();
+    };
+    for (int n : {1, 40}) {
+      const std::string l1 = graph(*exact.model, n), l3 = graph(*fast.model, n);
+      EXPECT_NE(l1.find("GatherQMM"), std::string::npos) << row << ", " << n << " tokens";
+      EXPECT_EQ(l1.find("LmxGatherQuantizedMatmul"), std::string::npos) << row;
+      EXPECT_EQ(l3.find("GatherQMM"), std::string::npos) << row << ", " << n << " tokens";
+      EXPECT_NE(l3.find("LmxGatherQuantizedMatmul"), std::string::npos)
+          << row << ", " << n << " tokens";
+    }
+  }
 }
 
 // gemma3 over 8-bit KV caches (QuantizedKVCache on the global layers, RotatingQuantizedKVCache

@@ -4,6 +4,7 @@
 #include <mlx/primitives.h>
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
@@ -580,6 +581,96 @@ mx::array quantized_matmul_reference(const mx::array& x, const mx::array& w,
   mx::array wf = mx::dequantize(w, mx::astype(scales, mx::float32), mx::astype(biases, mx::float32),
                                 group_size, bits);
   return mx::matmul(mx::astype(x, mx::float32), mx::transpose(wf));
+}
+
+void qmm_f32_pairs(const QWeight* ws, int n, const float* const* xs, const int* Ms,
+                   float* const* outs, Isa isa, Int8Mode int8) {
+  // Per pair, the path qmm_f32 would take for its rows: int8 (packed, tiles or rows) or float.
+  enum class Path { float32, rows, tile, packed };
+  const QmmI8Kernel kernel = i8_kernel(isa);
+  const QmmRowsFn float_rows = kernels_for(isa).qmm_rows;
+  std::vector<Path> path(n);
+  std::vector<I8Rows> xq(n);
+  std::vector<std::vector<float>> perm(n);
+  std::vector<QmmI8Args> a8(n);
+  std::vector<QmmArgs> af(n);
+  std::vector<int> first(n + 1, 0);
+  int max_k = 0;
+  for (int i = 0; i < n; ++i) {
+    const QWeight& w = ws[i];
+    const int M = Ms[i];
+    max_k = std::max(max_k, w.K);
+    first[i + 1] =
+        first[i] + (M > 0 ? (w.N + rows_per_task(w.N, M) - 1) / rows_per_task(w.N, M) : 0);
+    if (M <= 0) continue;
+    if (uses_int8(w, M, isa, int8)) {
+      const bool packed = kernel.packed_rows && packing();
+      const bool tile = !packed && kernel.tile_rows && (M >= kernel.tile_min_rows || w.bits == 8);
+      path[i] = packed ? Path::packed : tile ? Path::tile : Path::rows;
+      I8Rows& q = xq[i];
+      q.q.resize(static_cast<size_t>(M) * 2 * w.K);
+      q.d.resize(static_cast<size_t>(M) * (w.K / 32));
+      q.sum.resize(static_cast<size_t>(M) * (w.K / w.group_size));
+      q.bsum.resize(w.K / 32);
+      kernel.quantize(xs[i], M, w.K, w.group_size, packed || tile ? 8 : w.bits, q.q.data(),
+                      q.d.data(), q.sum.data(), q.bsum.data());
+      if (tile) {
+        q.q16.resize(static_cast<size_t>(M) * w.K);
+        for (long m = 0; m < M; ++m)
+          for (long k = 0; k < w.K; ++k)
+            q.q16[m * w.K + k] =
+                static_cast<short>(128 * q.q[2 * m * w.K + k] + q.q[(2 * m + 1) * w.K + k]);
+      }
+      QmmI8Args& a = a8[i];
+      set_weight(a, w, M, outs[i]);
+      a.x16 = q.q16.data();
+      if (packed) a.w = packed_weight(w);
+      a.xq = q.q.data();
+      a.xd = q.d.data();
+      a.xsum = q.sum.data();
+    } else {
+      path[i] = Path::float32;
+      const float* x = xs[i];
+      if (w.bits == 4) {  // QmmArgs::x: per block of 32, even elements then odd ones
+        perm[i].resize(static_cast<size_t>(M) * w.K);
+        for (int64_t r = 0; r < M; ++r)
+          for (int64_t b = 0; b < w.K; b += 32)
+            for (int64_t j = 0; j < 16; ++j) {
+              perm[i][r * w.K + b + j] = x[r * w.K + b + 2 * j];
+              perm[i][r * w.K + b + 16 + j] = x[r * w.K + b + 2 * j + 1];
+            }
+        x = perm[i].data();
+      }
+      set_weight(af[i], w, M, outs[i]);
+      af[i].x = x;
+    }
+  }
+  parallel_for(first[n], [&](int t) {
+    const int i =
+        static_cast<int>(std::upper_bound(first.begin(), first.end(), t) - first.begin()) - 1;
+    const QWeight& w = ws[i];
+    const int per = rows_per_task(w.N, Ms[i]);
+    const int n0 = (t - first[i]) * per, n1 = std::min(w.N, n0 + per);
+    thread_local std::vector<float> buf;
+    // QmmRowsFn: 4 K; QmmI8RowsFn: rows 8 K / 32, tile_rows 3 * 8 per group and 8 per x row.
+    const size_t need =
+        std::max(4 * static_cast<size_t>(max_k), 24 * static_cast<size_t>(max_k / 32) + 256);
+    if (buf.size() < need) buf.resize(need);
+    switch (path[i]) {
+      case Path::float32:
+        float_rows(af[i], n0, n1, buf.data());
+        break;
+      case Path::packed:
+        kernel.packed_rows(a8[i], n0, n1);
+        break;
+      case Path::tile:
+        kernel.tile_rows(a8[i], n0, n1, buf.data());
+        break;
+      case Path::rows:
+        kernel.rows(a8[i], n0, n1, buf.data());
+        break;
+    }
+  });
 }
 
 }  // namespace lmx::kernels::cpu

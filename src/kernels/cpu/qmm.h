@@ -106,4 +106,10 @@ void to_f32_rows(const mx::array& x, float* out);
 // float32 values -> out's buffer in out's dtype (out.size() values).
 void from_f32(const float* src, mx::array& out);
 
+// n (weight, x rows) pairs as one parallel_for (a MoE layer's experts): outs[i] (Ms[i], ws[i].N)
+// from xs[i] (Ms[i], ws[i].K); each pair takes the path qmm_f32 takes for its rows and gives
+// its result. Pairs of 0 rows are skipped.
+void qmm_f32_pairs(const QWeight* ws, int n, const float* const* xs, const int* Ms,
+                   float* const* outs, Isa isa, Int8Mode int8);
+
 }  // namespace lmx::kernels::cpu
