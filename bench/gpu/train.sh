@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# GPU machine, after scripts/gpu/unpack.sh: LoRA training speed and memory of `lmx lora --train`
+# against `mlx_lm.lora --train` (bench/train_cpu.py: same data, flags and seed, each with and
+# without --grad-checkpoint) on random Qwen3 weights in real shapes, 4-bit group 64
+# (bench/gpu/prepare.sh hf + mlx). Tables and JSON lines land in $OUT.
+#   MODELS=qwen3-0.6b bench/gpu/train.sh [train_cpu.py flags...]
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+root="$(cd "$here/../.." && pwd)"
+# shellcheck disable=SC1091
+. /tmp/lmx/env.sh
+export MODELS="${MODELS:-qwen3-0.6b}" MLX_GROUPS=64 W="${W:-/tmp/gpubench}"
+out="${OUT:-$W/out}"
+mkdir -p "$out"
+bash "$here/prepare.sh" hf mlx
+for m in ${MODELS//,/ }; do
+  python3 "$root/bench/train_cpu.py" --model "$W/mlx/$m-4bit-g64" --lmx /tmp/lmx/bin/lmx \
+    --jsonl "$out/train-$m.jsonl" "$@" | tee "$out/train-$m.md"
+done
