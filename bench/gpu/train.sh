@@ -12,7 +12,9 @@ root="$(cd "$here/../.." && pwd)"
 export MODELS="${MODELS:-qwen3-0.6b}" MLX_GROUPS=64 W="${W:-/tmp/gpubench}"
 out="${OUT:-$W/out}"
 mkdir -p "$out"
-bash "$here/prepare.sh" hf mlx
+# prepare.sh's status is its last marker test; the markers say whether the steps worked
+bash "$here/prepare.sh" hf mlx || true
+[[ -e "$W/done.mlx" ]] || { echo "train.sh: preparing the models failed ($W/logs)" >&2; exit 1; }
 for m in ${MODELS//,/ }; do
   python3 "$root/bench/train_cpu.py" --model "$W/mlx/$m-4bit-g64" --lmx /tmp/lmx/bin/lmx \
     --jsonl "$out/train-$m.jsonl" "$@" | tee "$out/train-$m.md"
