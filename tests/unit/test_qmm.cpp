@@ -333,9 +333,10 @@ TEST_P(QmmWidened, FiveAndSixBitTakeTheInt8PathWithinItsBounds) {
           EXPECT_TRUE(mx::array_equal(got, run(w8, 8, kc::Int8Mode::all)).item<bool>()) << where;
           const mx::array flt = run(q.w, bits, kc::Int8Mode::off);
           EXPECT_FALSE(mx::array_equal(got, flt).item<bool>()) << where;
-          if (M <= kc::kInt8MaxRows || kc::int8_all_rows(isa))
+          if (M <= kc::kInt8MaxRows || kc::int8_all_rows(isa)) {
             EXPECT_TRUE(mx::array_equal(run(q.w, bits, kc::Int8Mode::best), got).item<bool>())
                 << where;
+          }
           kc::set_widening(false);
           EXPECT_TRUE(mx::array_equal(run(q.w, bits, kc::Int8Mode::all), flt).item<bool>())
               << where;
