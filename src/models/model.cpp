@@ -228,6 +228,7 @@ LoadedWeights load_model(const fs::path& dir, const LoadOptions& options,
   if (out.cpu_kernels) {
     (void)kernels::cpu::int8_mode();
     (void)kernels::cpu::packing();
+    (void)kernels::cpu::widening();
   }
   try {
     out.model = arch->build(config, store);

@@ -182,7 +182,10 @@ INSTANTIATE_TEST_SUITE_P(All, GatherQmmLayouts,
                          layout_name);
 
 TEST(GatherQmm, RepeatableAndOtherWidthsRun) {
-  // 3- and 6-bit experts take the float kernel; repeated calls are bit-identical.
+  // 3- and 6-bit experts on the float kernel (6-bit: LMX_CPU_WIDEN's off state); repeated calls
+  // are bit-identical.
+  const bool widening = kc::widening();
+  kc::set_widening(false);
   for (int bits : {3, 6}) {
     Experts q = quantize_experts(24, 128, 64, bits, mx::float32, 40 + bits);
     for (const Call& c : calls(128, 50)) {
@@ -194,6 +197,36 @@ TEST(GatherQmm, RepeatableAndOtherWidthsRun) {
           mx::gather_qmm(c.x, q.w, q.scales, q.biases, std::nullopt, c.indices, true, 64, bits);
       EXPECT_LE(error_to_largest(run(), want), 2e-6) << c.name << " bits " << bits;
       EXPECT_TRUE(mx::array_equal(run(), run()).item<bool>()) << c.name;
+    }
+  }
+  kc::set_widening(widening);
+}
+
+// 5- and 6-bit experts on the int8 path through their byte-wide copies: the result of the same
+// integers as 8-bit experts, within the int8 path's RMS bound of mx::gather_qmm, unlike the
+// float kernel's (LMX_CPU_WIDEN off).
+TEST(GatherQmm, FiveAndSixBitExpertsTakeTheWidenedInt8Path) {
+  if (kc::int8_max_bits(kc::active_isa()) < 8)
+    GTEST_SKIP() << "this CPU has no int8 kernel for 8-bit weights";
+  for (int bits : {5, 6}) {
+    Experts q = quantize_experts(24, 128, 64, bits, mx::float32, 60 + bits);
+    const mx::array w8 = mx::view(
+        mx::astype(mx::dequantize(q.w, mx::ones_like(q.scales), mx::zeros_like(q.biases), 64, bits),
+                   mx::uint8),
+        mx::uint32);
+    for (const Call& c : calls(128, 70)) {
+      auto run = [&](const mx::array& w, int b) {
+        return kc::gather_quantized_matmul(c.x, w, q.scales, q.biases, c.indices,
+                                           options(64, b, kc::Int8Mode::all));
+      };
+      const mx::array got = run(q.w, bits);
+      const mx::array want =
+          mx::gather_qmm(c.x, q.w, q.scales, q.biases, std::nullopt, c.indices, true, 64, bits);
+      EXPECT_TRUE(mx::array_equal(got, run(w8, 8)).item<bool>()) << c.name << " bits " << bits;
+      EXPECT_LE(rms_ratio(got, want), 1.0 / 8192) << c.name << " bits " << bits;
+      kc::set_widening(false);
+      EXPECT_FALSE(mx::array_equal(got, run(q.w, bits)).item<bool>()) << c.name;
+      kc::set_widening(true);
     }
   }
 }

@@ -296,6 +296,86 @@ INSTANTIATE_TEST_SUITE_P(All, QmmInt8Layouts,
                                                               mx::float16)),
                          layout_name);
 
+// 5- and 6-bit weights on the int8 path through their byte-wide copy (widened_weight), against
+// mx::quantized_matmul (float32 x and scales: MLX accumulates in float32) with the int8 tests'
+// bounds; the result is the 8-bit int8 path's on the same integers (the widened path ran), differs
+// from the float kernel's, and LMX_CPU_WIDEN's off state gives the float kernel's.
+class QmmWidened : public ::testing::TestWithParam<std::tuple<int, int>> {};
+
+TEST_P(QmmWidened, FiveAndSixBitTakeTheInt8PathWithinItsBounds) {
+  const auto [bits, gs] = GetParam();
+  if (int8_isas().empty())
+    GTEST_SKIP() << "this CPU has no int8 kernel (AVX512-VNNI, AVX-VNNI or AVX2)";
+  ASSERT_TRUE(kc::widening()) << "LMX_CPU_WIDEN=0 set for the unit tests";
+  const bool packing = kc::packing();
+  uint64_t seed = 300 + 10 * bits + gs;
+  for (bool pack : {false, true}) {
+    kc::set_packing(pack);
+    for (kc::Isa isa : int8_isas()) {
+      for (auto [N, K] : {std::pair{67, 384}, std::pair{1030, 640}}) {
+        if (K % gs) continue;
+        Quantized q = quantize(N, K, gs, bits, mx::float32, seed++);
+        // The same integers as an 8-bit weight, one byte each: dequantize with scale 1, bias 0.
+        mx::array ints =
+            mx::dequantize(q.w, mx::ones_like(q.scales), mx::zeros_like(q.biases), gs, bits);
+        mx::array w8 = mx::view(mx::astype(ints, mx::uint8), mx::uint32);
+        for (int M : {1, 4, 16, 64}) {
+          mx::array x = mx::random::normal({M, K}, mx::float32, mx::random::key(seed++));
+          auto run = [&](const mx::array& w, int b, kc::Int8Mode m) {
+            return kc::quantized_matmul(
+                x, w, q.scales, q.biases,
+                {.group_size = gs, .bits = b, .isa = isa, .out_dtype = mx::float32, .int8 = m});
+          };
+          const mx::array got = run(q.w, bits, kc::Int8Mode::all);
+          const std::string where = kc::int8_kernel_name(isa) + (pack ? " packed" : "") +
+                                    " M=" + std::to_string(M) + " N=" + std::to_string(N) +
+                                    " K=" + std::to_string(K);
+          EXPECT_TRUE(mx::array_equal(got, run(w8, 8, kc::Int8Mode::all)).item<bool>()) << where;
+          const mx::array flt = run(q.w, bits, kc::Int8Mode::off);
+          EXPECT_FALSE(mx::array_equal(got, flt).item<bool>()) << where;
+          if (M <= kc::kInt8MaxRows || kc::int8_all_rows(isa)) {
+            EXPECT_TRUE(mx::array_equal(run(q.w, bits, kc::Int8Mode::best), got).item<bool>())
+                << where;
+          }
+          kc::set_widening(false);
+          EXPECT_TRUE(mx::array_equal(run(q.w, bits, kc::Int8Mode::all), flt).item<bool>())
+              << where;
+          kc::set_widening(true);
+          // The bounds of MatchesInt8ArithmeticAndStaysWithinTheQuantizationBound.
+          EXPECT_LE(rel_error(got, int8_reference(x, q, gs, bits)), kBf16Rounding) << where;
+          const mx::array want =
+              mx::quantized_matmul(x, q.w, q.scales, q.biases, true, gs, bits, "affine");
+          ASSERT_EQ(want.dtype(), mx::float32);
+          mx::array xf = mx::reshape(x, {M, K / 32, 32});
+          mx::array half_step = mx::reshape(
+              mx::broadcast_to(mx::divide(mx::max(mx::abs(xf), -1, true), mx::array(127.0f * 256)),
+                               {M, K / 32, 32}),
+              {M, K});
+          mx::array wabs = mx::abs(mx::dequantize(q.w, q.scales, q.biases, gs, bits));
+          mx::array bound =
+              mx::multiply(mx::matmul(half_step, mx::transpose(wabs)), mx::array(1.01f));
+          mx::array err = mx::abs(mx::subtract(got, want));
+          EXPECT_TRUE(mx::all(mx::less_equal(err, bound)).item<bool>())
+              << where << ": max excess " << mx::max(mx::subtract(err, bound)).item<float>();
+          const float rms_err =
+              std::sqrt(mx::mean(mx::square(mx::subtract(got, want))).item<float>());
+          const float rms = std::sqrt(mx::mean(mx::square(want)).item<float>());
+          EXPECT_LE(rms_err, rms / 8192) << where;
+        }
+      }
+    }
+  }
+  kc::set_packing(packing);
+}
+
+INSTANTIATE_TEST_SUITE_P(All, QmmWidened,
+                         ::testing::Combine(::testing::Values(5, 6),
+                                            ::testing::Values(32, 64, 128)),
+                         [](const ::testing::TestParamInfo<std::tuple<int, int>>& p) {
+                           return "b" + std::to_string(std::get<0>(p.param)) + "_g" +
+                                  std::to_string(std::get<1>(p.param));
+                         });
+
 // The packed copy follows its weight, not its address: a weight whose buffer takes a freed
 // one's memory gets its own copy, and a weight that lives on keeps giving its own result.
 TEST(QmmInt8, PackedCopiesFollowTheirWeights) {

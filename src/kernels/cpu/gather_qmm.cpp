@@ -223,8 +223,9 @@ mx::array gather_quantized_matmul(const mx::array& x, const mx::array& w, const 
 
 void prepack_experts(const mx::array& w, const mx::array& scales, const mx::array& biases,
                      int group_size, int bits) {
-  if ((bits != 4 && bits != 8) || int8_mode() == Int8Mode::off || !int8_packed(active_isa()))
-    return;
+  const bool wide = (bits == 5 || bits == 6) && widening() && int8_max_bits(active_isa()) >= 8;
+  const bool pack = (bits == 4 || bits == 8 || wide) && int8_packed(active_isa());
+  if (int8_mode() == Int8Mode::off || !(wide || pack)) return;
   mx::eval(w, scales, biases);
   if (!w.flags().row_contiguous || !scales.flags().row_contiguous ||
       !biases.flags().row_contiguous || w.ndim() != 3)
@@ -238,7 +239,11 @@ void prepack_experts(const mx::array& w, const mx::array& scales, const mx::arra
                     group_size,
                     bits,
                     w.data_shared_ptr()};
-  for (int e = 0; e < w.shape(0); ++e) packed_weight(expert(all, e));
+  for (int e = 0; e < w.shape(0); ++e) {
+    QWeight q = expert(all, e);
+    if (wide) q = widened_weight(q);
+    if (pack) packed_weight(q);
+  }
 }
 
 bool moe_experts() {

@@ -120,6 +120,23 @@ void set_packing(bool on) { packing_state().store(on ? 1 : 0, std::memory_order_
 
 namespace {
 
+std::atomic<int>& widening_state() {
+  static std::atomic<int> state = [] {
+    const char* env = std::getenv("LMX_CPU_WIDEN");
+    if (!env || !*env || std::strcmp(env, "1") == 0) return 1;
+    if (std::strcmp(env, "0") == 0) return 0;
+    fail("LMX_CPU_WIDEN", "expected 0 or 1, got '", env, "'");
+  }();
+  return state;
+}
+
+}  // namespace
+
+bool widening() { return widening_state().load(std::memory_order_relaxed) != 0; }
+void set_widening(bool on) { widening_state().store(on ? 1 : 0, std::memory_order_relaxed); }
+
+namespace {
+
 // The VNNI kernel for `isa`, or an empty one.
 QmmI8Kernel i8_kernel(Isa isa) {
 #if defined(__x86_64__)
@@ -263,9 +280,12 @@ QWeight qweight(const mx::array& w, const mx::array& scales, const mx::array& bi
 
 namespace {
 
+bool widened_bits(int bits) { return (bits == 5 || bits == 6) && widening(); }
+
 bool uses_int8(const QWeight& w, int M, Isa isa, Int8Mode int8) {
   const QmmI8Kernel k = i8_kernel(isa);
-  if ((w.bits != 4 && w.bits != 8) || w.bits > k.max_bits || !k.rows || int8 == Int8Mode::off)
+  const int bits = widened_bits(w.bits) ? 8 : w.bits;  // 5/6-bit: as their byte-wide copy
+  if ((bits != 4 && bits != 8) || bits > k.max_bits || !k.rows || int8 == Int8Mode::off)
     return false;
   return int8 == Int8Mode::all || M <= kInt8MaxRows || int8_all_rows(isa);
 }
@@ -404,14 +424,83 @@ const unsigned char* packed_weight(const QWeight& w) {
   return cache.emplace(w.w, std::move(p)).first->second.data->p;
 }
 
+namespace {
+
+// MLX's 5/6-bit rows (element k in bits [k * bits, (k + 1) * bits), LSB first: 8 elements in
+// `bits` bytes) -> one byte per element, as MLX's 8-bit layout stores 0..255.
+void widen(const QWeight& w, unsigned char* out) {
+  const long row_bytes = static_cast<long>(w.K) * w.bits / 8;
+  const unsigned mask = (1u << w.bits) - 1;
+  parallel_for((w.N + 15) / 16, [&](int t) {
+    for (long n = 16L * t; n < std::min<long>(w.N, 16L * t + 16); ++n) {
+      const unsigned char* src = w.w + n * row_bytes;
+      unsigned char* dst = out + n * w.K;
+      for (long k = 0; k < w.K; k += 8) {
+        uint64_t u = 0;
+        std::memcpy(&u, src + k / 8 * w.bits, w.bits);
+        for (int j = 0; j < 8; ++j)
+          dst[k + j] = static_cast<unsigned char>(u >> (j * w.bits) & mask);
+      }
+    }
+  });
+}
+
+struct Widened {
+  std::weak_ptr<void> owner;
+  const void* scales;
+  int N, K, group_size, bits;
+  std::shared_ptr<Mapping> data;  // the widened weight's owner (its packed copy's name)
+};
+
+}  // namespace
+
+// As packed_weight: named by the owner, copies of freed weights dropped at the next widening.
+QWeight widened_weight(const QWeight& w) {
+  if (w.bits != 5 && w.bits != 6) return w;
+  static std::mutex mu;
+  static std::unordered_map<const unsigned char*, Widened> cache;
+  std::lock_guard<std::mutex> lock(mu);
+  auto as_8bit = [&](const Widened& c) {
+    QWeight q = w;
+    q.w = c.data->p;
+    q.bits = 8;
+    q.owner = c.data;
+    return q;
+  };
+  auto it = cache.find(w.w);
+  if (it != cache.end()) {
+    const Widened& c = it->second;
+    const bool same_owner = !c.owner.owner_before(w.owner) && !w.owner.owner_before(c.owner);
+    if (same_owner && !c.owner.expired() && c.scales == w.scales && c.N == w.N && c.K == w.K &&
+        c.group_size == w.group_size && c.bits == w.bits)
+      return as_8bit(c);
+    cache.erase(it);
+  }
+  for (auto i = cache.begin(); i != cache.end();)
+    i = i->second.owner.expired() ? cache.erase(i) : std::next(i);
+  Widened c{w.owner,
+            w.scales,
+            w.N,
+            w.K,
+            w.group_size,
+            w.bits,
+            std::make_shared<Mapping>(static_cast<size_t>(w.N) * w.K)};
+  widen(w, c.data->p);
+  return as_8bit(cache.emplace(w.w, std::move(c)).first->second);
+}
+
 void prepack(const mx::array& w, const mx::array& scales, const mx::array& biases, int group_size,
              int bits) {
-  if ((bits != 4 && bits != 8) || int8_mode() == Int8Mode::off || !int8_packed(active_isa()))
-    return;
+  const bool wide = widened_bits(bits) && int8_max_bits(active_isa()) >= 8;
+  const bool pack = (bits == 4 || bits == 8 || wide) && int8_packed(active_isa());
+  if (int8_mode() == Int8Mode::off || !(wide || pack)) return;
   mx::eval(w, scales, biases);
   // Other layouts keep the kernel's own error at the first call.
-  if (w.flags().row_contiguous && scales.flags().row_contiguous && biases.flags().row_contiguous)
-    packed_weight(qweight(w, scales, biases, group_size, bits));
+  if (!w.flags().row_contiguous || !scales.flags().row_contiguous || !biases.flags().row_contiguous)
+    return;
+  QWeight q = qweight(w, scales, biases, group_size, bits);
+  if (wide) q = widened_weight(q);
+  if (pack) packed_weight(q);
 }
 
 namespace {
@@ -505,6 +594,12 @@ void qmm_f32_shared(const QWeight* ws, int n, const float* x, int M, float* cons
     return;
   }
   if (uses_int8(ws[0], M, isa, int8)) {
+    if (widened_bits(ws[0].bits)) {  // the int8 kernels read the byte-wide copy as 8-bit
+      std::vector<QWeight> wide(ws, ws + n);
+      for (QWeight& w : wide) w = widened_weight(w);
+      qmm_i8(n, wide.data(), x, M, outs, isa);
+      return;
+    }
     qmm_i8(n, ws, x, M, outs, isa);
   } else {
     qmm_float(n, ws, x, M, outs, isa);
@@ -597,8 +692,10 @@ void qmm_f32_pairs(const QWeight* ws, int n, const float* const* xs, const int* 
   std::vector<int> first(n + 1, 0);
   int max_k = 0;
   for (int i = 0; i < n; ++i) {
-    const QWeight& w = ws[i];
     const int M = Ms[i];
+    const QWeight w = M > 0 && widened_bits(ws[i].bits) && uses_int8(ws[i], M, isa, int8)
+                          ? widened_weight(ws[i])
+                          : ws[i];
     max_k = std::max(max_k, w.K);
     first[i + 1] =
         first[i] + (M > 0 ? (w.N + rows_per_task(w.N, M) - 1) / rows_per_task(w.N, M) : 0);

@@ -40,6 +40,11 @@ void set_int8_mode(std::optional<Int8Mode> mode);
 // set_packing overrides it for the calls that follow (tests, A/B runs).
 bool packing();
 void set_packing(bool on);
+// Whether 5- and 6-bit weights take the int8 path as a byte-wide copy (widened_weight): MLX's
+// 5/6-bit packing crosses bytes, which the int8 kernels do not unpack. Off, they take the float32
+// kernel. LMX_CPU_WIDEN=0|1 (unset: 1); set_widening overrides it for the calls that follow.
+bool widening();
+void set_widening(bool on);
 // The int8 kernel quantized matmuls under `isa` use: "avx512vnni", "avxvnni", "avx2", or "" for
 // none.
 std::string int8_kernel_name(Isa isa);
@@ -88,9 +93,14 @@ IsaKernels kernels_for(Isa isa);  // an error when the CPU or the build lacks it
 // w's packed copy (qmm_args.h kPackRows), made on first use and kept while w.owner lives; a
 // weight 4- or 8-bit with its group size dividing K.
 const unsigned char* packed_weight(const QWeight& w);
+// A 5- or 6-bit weight's copy with one byte per weight (values 0..31 / 0..63, MLX's 8-bit
+// layout; the same scales and biases) as an 8-bit QWeight, made on first use and kept while
+// w.owner lives; any other weight as it is.
+QWeight widened_weight(const QWeight& w);
 // Makes the packed copy now (a load, not the first call) where this layer's calls will use it:
-// the int8 path on, the packed kernel for active_isa(), 4- or 8-bit weights. Evaluates w, scales
-// and biases.
+// the int8 path on, the packed kernel for active_isa(), 4- or 8-bit weights; and a 5/6-bit
+// weight's byte-wide copy (widened_weight) where widening() and an int8 kernel. Evaluates w,
+// scales and biases.
 void prepack(const mx::array& w, const mx::array& scales, const mx::array& biases, int group_size,
              int bits);
 // x (M, K) float32, row-major -> out (M, N) float32, spread over the thread pool; through the
