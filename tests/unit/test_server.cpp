@@ -11,9 +11,11 @@
 
 #include "cache/kv_cache.h"
 #include "cache/prompt_cache_lru.h"
+#include "chat/chat_template.h"
 #include "server/api_error.h"
 #include "server/pipeline.h"
 #include "server/requests.h"
+#include "server/responses.h"
 #include "server/server.h"
 #include "server/text_stream.h"
 #include "server/tool_calls.h"
@@ -352,6 +354,32 @@ TEST(ToolCalls, MalformedAndInvalidUtf8BlocksNeverThrow) {
       }
     }
   }
+}
+
+// gpt-oss's effort: chat's reasoning_effort and the Responses API's reasoning.effort become the
+// template's reasoning_effort (the reduced harmony template of the server tests renders it).
+TEST(ServerRequests, ReasoningEffortReachesTheTemplate) {
+  std::ifstream f(lmx::test::source_dir() / "tests/server/harmony_reduced.jinja");
+  std::stringstream ss;
+  ss << f.rdbuf();
+  const auto tmpl = lmx::chat::ChatTemplate::from_source(ss.str());
+  auto render = [&](const ChatRequest& r) {
+    lmx::chat::TemplateOptions o;
+    o.kwargs = nlohmann::json::parse(r.template_kwargs.dump());
+    return tmpl.render(nlohmann::json::parse(r.messages.dump()), o);
+  };
+  const std::string msgs = R"("messages": [{"role": "user", "content": "hi"}])";
+  auto chat = [&](const std::string& extra) {
+    return render(parse_chat_request(parse_body("{" + msgs + extra + "}"), SamplingDefaults{}));
+  };
+  EXPECT_NE(chat("").find("Reasoning: medium\n"), std::string::npos);
+  EXPECT_NE(chat(R"(, "reasoning_effort": "high")").find("Reasoning: high\n"), std::string::npos);
+  ResponseStore store(std::chrono::seconds(60), 1 << 20);
+  const ojson body = ojson::parse(R"({"input": "hi", "reasoning": {"effort": "low"}})");
+  const std::string text =
+      render(parse_chat_request(responses_to_chat(body, store), SamplingDefaults{}));
+  EXPECT_NE(text.find("Reasoning: low\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("<|start|>user<|message|>hi<|end|><|start|>assistant"), std::string::npos);
 }
 
 TEST(OutputPipeline, Llama3BareJsonOutputIsAToolCall) {
