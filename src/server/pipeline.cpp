@@ -22,11 +22,12 @@ void OutputPipeline::route(Delta& d, std::vector<Segment> segs) {
     if (s.kind == Segment::kReasoning) {
       d.reasoning += s.text;
     } else if (s.kind == Segment::kToolCall) {
-      auto calls = parse_tool_block(o_.tool_format, s.text);
+      auto calls = parse_tool_block(o_.tool_format, s.text, o_.tools);
       if (calls.empty()) {
         // Not a well-formed call: keep the model's text, markers included.
         const auto m = output_markers(o_.tool_format);
-        d.content += m.tool_start + s.text + m.tool_end;
+        d.content +=
+            (m.block_keeps_start ? "" : m.tool_start) + s.text + (s.closed ? m.tool_end : "");
       }
       for (auto& c : calls) d.tool_calls.push_back(std::move(c));
     } else {

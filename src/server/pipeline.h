@@ -26,6 +26,7 @@ struct PipelineOptions {
   std::vector<std::string> stop;
   ToolFormat tool_format = ToolFormat::kNone;
   bool parse_tools = false;         // the request offered tools
+  ojson tools;                      // those tools (OpenAI form): qwen3_coder types values by them
   bool split_reasoning = false;     // chat: <think> blocks go to `reasoning`
   bool start_in_reasoning = false;  // the prompt ends inside an open <think>
 };

@@ -202,6 +202,7 @@ PreparedChat prepare_chat(const Context& ctx, const ChatRequest& r) {
   p.pipeline.stop = r.s.stop;
   p.pipeline.tool_format = ctx.tool_format;
   p.pipeline.parse_tools = use_tools;
+  if (use_tools) p.pipeline.tools = *r.tools;
   p.pipeline.split_reasoning = true;
   return p;
 }

@@ -65,7 +65,14 @@ std::vector<Segment> OutputSplitter::push(const std::string& text) {
   while (true) {
     if (state_ == kNormal) {
       size_t think = pending_.find(m_.think_start);
-      size_t tool = parse_tools_ ? pending_.find(m_.tool_start) : std::string::npos;
+      size_t tool = std::string::npos, tool_size = 0;
+      if (parse_tools_) {
+        tool = pending_.find(m_.tool_start), tool_size = m_.tool_start.size();
+        for (const auto& t : m_.more_tool_starts) {
+          const size_t at = pending_.find(t);
+          if (at < tool) tool = at, tool_size = t.size();
+        }
+      }
       size_t drop = std::string::npos, drop_size = 0;
       for (const auto& d : m_.drop) {
         const size_t at = pending_.find(d);
@@ -78,7 +85,10 @@ std::vector<Segment> OutputSplitter::push(const std::string& text) {
       }
       if (think == std::string::npos && tool == std::string::npos) {
         std::vector<std::string> markers{m_.think_start};
-        if (parse_tools_) markers.push_back(m_.tool_start);
+        if (parse_tools_) {
+          markers.push_back(m_.tool_start);
+          markers.insert(markers.end(), m_.more_tool_starts.begin(), m_.more_tool_starts.end());
+        }
         markers.insert(markers.end(), m_.drop.begin(), m_.drop.end());
         const size_t hold = partial_marker_suffix(pending_, markers);
         emit(out, Segment::kContent, pending_.substr(0, pending_.size() - hold));
@@ -88,7 +98,8 @@ std::vector<Segment> OutputSplitter::push(const std::string& text) {
       const bool is_tool = tool < think;
       const size_t at = is_tool ? tool : think;
       emit(out, Segment::kContent, pending_.substr(0, at));
-      pending_.erase(0, at + (is_tool ? m_.tool_start : m_.think_start).size());
+      if (is_tool && m_.block_keeps_start) block_head_ = pending_.substr(at, tool_size);
+      pending_.erase(0, at + (is_tool ? tool_size : m_.think_start.size()));
       state_ = is_tool ? kInTool : kThinking;
     } else if (state_ == kThinking) {
       const size_t end = pending_.find(m_.think_end);
@@ -104,7 +115,8 @@ std::vector<Segment> OutputSplitter::push(const std::string& text) {
     } else {
       const size_t end = m_.tool_end.empty() ? std::string::npos : pending_.find(m_.tool_end);
       if (end == std::string::npos) return out;
-      emit(out, Segment::kToolCall, pending_.substr(0, end));
+      emit(out, Segment::kToolCall, block_head_ + pending_.substr(0, end));
+      block_head_.clear();
       pending_.erase(0, end + m_.tool_end.size());
       state_ = kNormal;
     }
@@ -116,8 +128,10 @@ std::vector<Segment> OutputSplitter::flush() {
   const Segment::Kind kind = state_ == kNormal     ? Segment::kContent
                              : state_ == kThinking ? Segment::kReasoning
                                                    : Segment::kToolCall;
-  emit(out, kind, std::move(pending_));
+  emit(out, kind, kind == Segment::kToolCall ? block_head_ + pending_ : std::move(pending_));
+  if (kind == Segment::kToolCall) out.back().closed = false;
   pending_.clear();
+  block_head_.clear();
   state_ = kNormal;
   return out;
 }

@@ -31,7 +31,8 @@ size_t partial_marker_suffix(const std::string& text, const std::vector<std::str
 // A piece of the output in one channel.
 struct Segment {
   enum Kind { kContent, kReasoning, kToolCall } kind;
-  std::string text;  // for kToolCall: the whole raw block between its markers
+  std::string text;    // for kToolCall: the whole raw block between its markers
+  bool closed = true;  // kToolCall: its end marker came (false: the output ended inside it)
 };
 
 // Splits streamed text at the markers of reasoning and tool calls. Reasoning and content come
@@ -42,6 +43,11 @@ class OutputSplitter {
   struct Markers {
     std::string think_start = "<think>", think_end = "</think>";
     std::string tool_start, tool_end;  // tool_end "" = the block runs to the end of the output
+    // Other markers that also open a tool block (harmony's two header orders).
+    std::vector<std::string> more_tool_starts = {};
+    // The block's text begins with the start marker that opened it (harmony: the header names
+    // the function).
+    bool block_keeps_start = false;
     // Headers dropped from the content (harmony's "<|start|>assistant", "<|channel|>final...").
     std::vector<std::string> drop = {};
   };
@@ -56,6 +62,7 @@ class OutputSplitter {
   bool parse_tools_;
   enum State { kNormal, kThinking, kInTool } state_;
   std::string pending_;
+  std::string block_head_;  // block_keeps_start: the marker that opened the current block
 };
 
 }  // namespace lmx::server

@@ -6,13 +6,16 @@
 
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 
 #include "cache/kv_cache.h"
 #include "cache/prompt_cache_lru.h"
+#include "chat/chat_template.h"
 #include "server/api_error.h"
 #include "server/pipeline.h"
 #include "server/requests.h"
+#include "server/responses.h"
 #include "server/server.h"
 #include "server/text_stream.h"
 #include "server/tool_calls.h"
@@ -113,6 +116,13 @@ TEST(ToolCalls, DetectsTheFormatFromTheTemplate) {
   EXPECT_EQ(detect_tool_format("<start_function_call>"), ToolFormat::kGemma);
   EXPECT_EQ(detect_tool_format("<|tool_call>"), ToolFormat::kGemma4);
   EXPECT_EQ(detect_tool_format("{{ messages }}"), ToolFormat::kNone);
+  // Qwen3.5 / Qwen3-Coder: `<tool_call>` then a newline then `<function=`, the newline escaped
+  // inside a Jinja string literal or raw; Hermes' <tool_call> alone stays hermes.
+  EXPECT_EQ(detect_tool_format("{{- '<tool_call>\\n<function=' + tc.name + '>\\n' }}"),
+            ToolFormat::kQwen3Coder);
+  EXPECT_EQ(detect_tool_format("<tool_call>\n<function=x>"), ToolFormat::kQwen3Coder);
+  EXPECT_EQ(detect_tool_format("<tool_call>\n{\"name\": ...}\n</tool_call> <function=x>"),
+            ToolFormat::kHermes);
   // gpt-oss's template renders tools too, in harmony's own format.
   EXPECT_EQ(detect_tool_format("{{ tools }}<|start|>assistant<|channel|>final<|message|>"),
             ToolFormat::kHarmony);
@@ -127,10 +137,13 @@ TEST(ToolCalls, ParsersAgreeWithMlxLm) {
   const std::map<std::string, ToolFormat> formats = {{"hermes", ToolFormat::kHermes},
                                                      {"mistral", ToolFormat::kMistral},
                                                      {"gemma", ToolFormat::kGemma},
-                                                     {"gemma4", ToolFormat::kGemma4}};
+                                                     {"gemma4", ToolFormat::kGemma4},
+                                                     {"qwen3_coder", ToolFormat::kQwen3Coder}};
+  std::set<std::string> seen;
   for (const auto& c : cases) {
     const std::string block = c["block"];
-    auto calls = parse_tool_block(formats.at(c["format"]), block);
+    seen.insert(c["format"].get<std::string>());
+    auto calls = parse_tool_block(formats.at(c["format"]), block, c.value("tools", ojson()));
     ASSERT_EQ(calls.size(), c["calls"].size()) << c["format"] << ": " << block;
     for (size_t i = 0; i < calls.size(); ++i) {
       EXPECT_EQ(calls[i].name, c["calls"][i]["name"]) << block;
@@ -138,6 +151,7 @@ TEST(ToolCalls, ParsersAgreeWithMlxLm) {
       EXPECT_EQ(ojson::parse(calls[i].arguments), c["calls"][i]["arguments"]) << block;
     }
   }
+  EXPECT_EQ(seen.size(), formats.size());
 }
 
 TEST(ToolCalls, Llama3BareJsonAndParameters) {
@@ -212,6 +226,160 @@ TEST(OutputPipeline, HarmonyChannelsAreReasoningAndContent) {
   Delta d = pipe(o, "<|channel|>final<|message|>Hi.", 3);
   EXPECT_EQ(d.content, "Hi.");
   EXPECT_EQ(d.reasoning, "");
+}
+
+// Qwen3.5: a prompt that opens <think>, the reasoning closed by the model, then XML tool calls
+// typed by the request's tools, in every split; a malformed block stays text.
+TEST(OutputPipeline, Qwen35ThinkingAndXmlToolCalls) {
+  PipelineOptions o;
+  o.tool_format = ToolFormat::kQwen3Coder;
+  o.parse_tools = true;
+  o.split_reasoning = true;
+  o.start_in_reasoning = true;
+  o.tools = ojson::parse(R"([{"type": "function", "function": {"name": "get_weather",
+      "parameters": {"type": "object", "properties": {"city": {"type": "string"},
+      "days": {"type": "integer"}, "metric": {"type": "boolean"}}}}}])");
+  const std::string text =
+      "\nOslo, three days.\n</think>\n\nChecking.\n\n<tool_call>\n<function=get_weather>\n"
+      "<parameter=city>\nOslo\n</parameter>\n<parameter=days>\n3\n</parameter>\n"
+      "<parameter=metric>\ntrue\n</parameter>\n</function>\n</tool_call>\n<tool_call>\n"
+      "<function=get_weather>\n<parameter=city>\nSan José\n</parameter>\n</function>\n"
+      "</tool_call>";
+  for (size_t step = 1; step <= text.size(); ++step) {
+    Delta d = pipe(o, text, step);
+    EXPECT_EQ(d.reasoning, "\nOslo, three days.\n") << "step " << step;
+    EXPECT_EQ(d.content, "\n\nChecking.\n\n\n") << "step " << step;
+    ASSERT_EQ(d.tool_calls.size(), 2u) << "step " << step;
+    EXPECT_EQ(d.tool_calls[0].name, "get_weather");
+    EXPECT_EQ(d.tool_calls[0].arguments, R"({"city":"Oslo","days":3,"metric":true})");
+    EXPECT_EQ(d.tool_calls[1].arguments, R"({"city":"San José"})");
+  }
+  // An integer parameter that is not one: the block is kept as the model wrote it.
+  const std::string bad =
+      "</think>x<tool_call>\n<function=get_weather>\n<parameter=days>\n2.5\n</parameter>\n"
+      "</function>\n</tool_call>";
+  for (size_t step = 1; step <= bad.size(); ++step) {
+    Delta d = pipe(o, bad, step);
+    EXPECT_TRUE(d.tool_calls.empty());
+    EXPECT_EQ(d.content, bad.substr(8)) << "step " << step;
+  }
+  // Cut off inside the block (max_tokens): text, and no invented closing marker.
+  Delta cut = pipe(o, "</think><tool_call>\n<function=get_weather>\n<parameter=ci", 5);
+  EXPECT_TRUE(cut.tool_calls.empty());
+  EXPECT_EQ(cut.content, "<tool_call>\n<function=get_weather>\n<parameter=ci");
+}
+
+// Where lmx differs from mlx_lm's qwen3_coder (which reads one function from the first
+// <function= to the last </function>): each function element of a block is a call.
+TEST(ToolCalls, Qwen3CoderFunctionsInOneBlockAreSeparateCalls) {
+  auto calls = parse_tool_block(ToolFormat::kQwen3Coder,
+                                "\n<function=a>\n<parameter=x>\n1\n</parameter>\n</function>\n"
+                                "<function=b>\n<parameter=y>\n2\n</parameter>\n</function>\n");
+  ASSERT_EQ(calls.size(), 2u);
+  EXPECT_EQ(calls[0].name + calls[0].arguments, R"(a{"x":"1"})");
+  EXPECT_EQ(calls[1].name + calls[1].arguments, R"(b{"y":"2"})");
+}
+
+// gpt-oss: an analysis message (reasoning), then a commentary message addressed to a function,
+// in both header orders; <|call|> is an EOS token, so the output usually ends without it.
+TEST(OutputPipeline, HarmonyToolCallsInBothHeaderOrders) {
+  PipelineOptions o;
+  o.tool_format = ToolFormat::kHarmony;
+  o.parse_tools = true;
+  o.split_reasoning = true;
+  const std::string analysis = "<|channel|>analysis<|message|>Need the weather.<|end|>";
+  const std::vector<std::string> calls = {
+      "<|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json"
+      "<|message|>{\"city\": \"Oslo\"}",
+      "<|start|>assistant to=functions.get_weather<|channel|>commentary json<|message|>"
+      "{\"city\": \"Oslo\"}<|call|>",
+      "<|start|>assistant<|channel|>commentary to=functions.get_weather<|message|>"
+      "{\"city\": \"Oslo\"}<|call|>"};
+  for (const auto& call : calls) {
+    for (const std::string& text : {analysis + call, call.substr(18)}) {
+      for (size_t step = 1; step <= text.size(); ++step) {
+        Delta d = pipe(o, text, step);
+        EXPECT_EQ(d.reasoning, text == call.substr(18) ? "" : "Need the weather.") << text;
+        EXPECT_EQ(d.content, "") << text << " step " << step;
+        ASSERT_EQ(d.tool_calls.size(), 1u) << text << " step " << step;
+        EXPECT_EQ(d.tool_calls[0].name, "get_weather");
+        EXPECT_EQ(d.tool_calls[0].arguments, R"({"city":"Oslo"})");
+      }
+    }
+  }
+  // A preamble (commentary without a recipient) is content; a built-in tool (browser.search)
+  // and arguments that are not a JSON object are kept as text.
+  Delta d = pipe(o,
+                 "<|channel|>commentary<|message|>Looking it up.<|end|><|start|>assistant"
+                 "<|channel|>commentary to=browser.search <|constrain|>json<|message|>{}",
+                 4);
+  EXPECT_TRUE(d.tool_calls.empty());
+  EXPECT_EQ(d.content,
+            "Looking it up.<|channel|>commentary to=browser.search <|constrain|>json<|message|>{}");
+  d = pipe(o, "<|channel|>commentary to=functions.f json<|message|>not json<|call|>", 3);
+  EXPECT_TRUE(d.tool_calls.empty());
+  EXPECT_EQ(d.content, "<|channel|>commentary to=functions.f json<|message|>not json<|call|>");
+  // No tools offered: the call stays text.
+  o.parse_tools = false;
+  EXPECT_TRUE(pipe(o, calls[0], 2).tool_calls.empty());
+}
+
+// Bytes that are not UTF-8, and every truncation and one-byte corruption of well-formed blocks,
+// never throw out of the parsers (the server would answer 500).
+TEST(ToolCalls, MalformedAndInvalidUtf8BlocksNeverThrow) {
+  const ojson tools = ojson::parse(R"([{"type": "function", "function": {"name": "f",
+      "parameters": {"properties": {"s": {"type": "string"}, "i": {"type": "integer"},
+      "o": {"type": "object"}, "x": {"type": "custom"}, "u": {}}}}}])");
+  const std::string q =
+      "\n<function=f>\n<parameter=s>\n\xff\xfe\n</parameter>\n<parameter=x>\n['\xc3', (1, {2: "
+      "None})]\n</parameter>\n<parameter=o>\n{\"k\": \"\xe2\x82\"}\n</parameter>\n"
+      "<parameter=\xff>\n1\n</parameter>\n</function>\n";
+  auto calls = parse_tool_block(ToolFormat::kQwen3Coder, q, tools);
+  ASSERT_EQ(calls.size(), 1u);
+  EXPECT_TRUE(ojson::accept(calls[0].arguments)) << calls[0].arguments;
+  const std::string h =
+      " to=functions.f\xff<|channel|>commentary json<|message|>{\"a\": \"\xc3\"}<|call|>";
+  const std::vector<std::pair<ToolFormat, std::string>> blocks = {{ToolFormat::kQwen3Coder, q},
+                                                                  {ToolFormat::kHarmony, h}};
+  for (const auto& [f, block] : blocks) {
+    for (size_t n = 0; n <= block.size(); ++n) {
+      EXPECT_NO_THROW(parse_tool_block(f, block.substr(0, n), tools));
+      for (const char c : {'\0', '<', '>', '\n', '\'', '(', '{', '"', '\\', '\x80'}) {
+        std::string m = block;
+        if (n < m.size()) m[n] = c;
+        EXPECT_NO_THROW({
+          for (const auto& call : parse_tool_block(f, m, tools))
+            EXPECT_TRUE(ojson::accept(call.arguments));
+        });
+      }
+    }
+  }
+}
+
+// gpt-oss's effort: chat's reasoning_effort and the Responses API's reasoning.effort become the
+// template's reasoning_effort (the reduced harmony template of the server tests renders it).
+TEST(ServerRequests, ReasoningEffortReachesTheTemplate) {
+  std::ifstream f(lmx::test::source_dir() / "tests/server/harmony_reduced.jinja");
+  std::stringstream ss;
+  ss << f.rdbuf();
+  const auto tmpl = lmx::chat::ChatTemplate::from_source(ss.str());
+  auto render = [&](const ChatRequest& r) {
+    lmx::chat::TemplateOptions o;
+    o.kwargs = nlohmann::json::parse(r.template_kwargs.dump());
+    return tmpl.render(nlohmann::json::parse(r.messages.dump()), o);
+  };
+  const std::string msgs = R"("messages": [{"role": "user", "content": "hi"}])";
+  auto chat = [&](const std::string& extra) {
+    return render(parse_chat_request(parse_body("{" + msgs + extra + "}"), SamplingDefaults{}));
+  };
+  EXPECT_NE(chat("").find("Reasoning: medium\n"), std::string::npos);
+  EXPECT_NE(chat(R"(, "reasoning_effort": "high")").find("Reasoning: high\n"), std::string::npos);
+  ResponseStore store(std::chrono::seconds(60), 1 << 20);
+  const ojson body = ojson::parse(R"({"input": "hi", "reasoning": {"effort": "low"}})");
+  const std::string text =
+      render(parse_chat_request(responses_to_chat(body, store), SamplingDefaults{}));
+  EXPECT_NE(text.find("Reasoning: low\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("<|start|>user<|message|>hi<|end|><|start|>assistant"), std::string::npos);
 }
 
 TEST(OutputPipeline, Llama3BareJsonOutputIsAToolCall) {
