@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import unittest
 from concurrent.futures import ThreadPoolExecutor
 
@@ -342,9 +343,17 @@ class MetricsTest(unittest.TestCase):
             self.assertEqual(chunks[-1].usage.completion_tokens, 3)
             usages.append(chunks[-1].usage)
             self.assertEqual(srv.request("POST", "/v1/completions", {"prompt": ""})[0], 400)
-            ms = metrics(srv)
-            self.assertEqual(value(ms, "lmx_http_requests_total", method="POST",
-                                   route="/v1/chat/completions", status="200"), 4)
+            # A request is counted once its last byte is written, which the client of a stream
+            # can read before the server's thread gets there: wait for it (at most 10 s).
+            deadline = time.time() + 10
+            while True:
+                ms = metrics(srv)
+                done = value(ms, "lmx_http_requests_total", method="POST",
+                             route="/v1/chat/completions", status="200")
+                if done == 4 or time.time() > deadline:
+                    break
+                time.sleep(0.05)
+            self.assertEqual(done, 4)
             self.assertEqual(value(ms, "lmx_http_requests_total", method="POST",
                                    route="/v1/completions", status="400"), 1)
             generated = sum(u.completion_tokens for u in usages)
