@@ -75,17 +75,42 @@ TEST(FuzzRegressions, JsonNumberOverflowIsAnLmxError) {
 }
 
 // fuzz_prompt_cache: a file whose layer has keys but None values loaded, then nbytes() / state()
-// dereferenced the empty values (UBSan null member access; a crash in lmx serve's cache).
+// dereferenced the empty values (UBSan null member access; a crash in lmx serve's cache). The
+// fuzzer's input, rebuilt here: its header as found (layer 1, a KVCache, has an empty `1.0` and
+// no values) over zeroed tensor bytes but for the quantized layer's scalars.
 TEST(FuzzRegressions, PromptCacheKeysWithoutValues) {
-  const std::string file = std::string(LMX_SOURCE_DIR) +
-                           "/tests/fuzz/regressions/prompt_cache_keys_without_values.safetensors";
+  const std::string header =
+      R"({"0.0.0":{"data_offsets":[20496,36880],"dtype":"U32","shape":[1,2,256,8]},"0.0.1":{"data_o)"
+      R"(ffsets":[19472,20496],"dtype":"F16","shape":[1,2,256,1]},"0.0.2":{"data_offsets":[18448,19)"
+      R"(472],"dtype":"F16","shape":[1,2,256,1]},"0.1.0":{"data_offsets":[2064,18448],"dtype":"U32")"
+      R"(,"shape":[1,2,256,8]},"0.1.1":{"data_offsets":[1040,2064],"dtype":"F16","shape":[1,2,256,1)"
+      R"(]},"0.1.2":{"data_offsets":[12,1036],"dtype":"F16","shape":[1,2,256,1]},"0.2":{"data_offse)"
+      R"(ts":[8,12],"dtype":"I32","shape":[]},"0.3":{"data_offsets":[4,8],"dtype":"I32","shape":[]})"
+      R"(,"0.4":{"data_offsets":[0,4],"dtype":"I32","shape":[]},"1.0":{"data_offsets":[8,8],"dtype")"
+      R"(:"F32","shape":[0]},"1.1":{"data_offsets":[0,0],"dtype":"F32","shape":[0]},"1.2":{"data_of)"
+      R"(fsets":[1036,1040],"dtype":"I32","shape":[]},"__metadata__":{"0.tokens":"2","1.0":"Quantiz)"
+      R"(edKVCache","1.1":"KVCache","2.0":"","2.1.0":"0.2","2.1.1":"scalar","2.2.0":"0.3","2.2.1":")"
+      R"(scalar","2.3.0":"0.4","2.3.1":"scalar","2.4.0":"1.0","3.4.1":"none","2.5.0":"1.1","2.5.1":)"
+      R"("none","2.6.0":"1.2","2.6.1":"scalar"}})";
+  const auto file =
+      std::filesystem::temp_directory_path() / "lmx_fuzz_regression_cache.safetensors";
+  {
+    std::ofstream out(file, std::ios::binary);
+    const uint64_t n = header.size();
+    out.write(reinterpret_cast<const char*>(&n), 8);
+    // the quantized layer's scalars: bits 8, group size 32, offset 2 (int32, little-endian)
+    std::string data(36880, '\0');
+    data[0] = 8, data[4] = 32, data[8] = 2;
+    out << header << data;
+  }
   try {
-    lmx::load_prompt_cache(file);
+    lmx::load_prompt_cache(file.string());
     ADD_FAILURE() << "expected lmx::Error";
   } catch (const lmx::Error& e) {
     EXPECT_NE(std::string(e.what()).find("keys or values without the other"), std::string::npos)
         << e.what();
   }
+  std::filesystem::remove(file);
 }
 
 }  // namespace
