@@ -24,7 +24,9 @@ data="$root/build/testdata"
 py="$root/.venv/bin/python"
 mkdir -p "$data" "$root/.cache"
 export LMX_TEST_DATA="$data"
-step() { echo "== $*"; }
+# Each step prints the seconds since the script started (set-up and build included), so a slow
+# run shows where its time went.
+step() { echo "== [${SECONDS} s] $*"; }
 step "tiny random models and mlx-lm reference logits"
 "$py" scripts/gen_tiny_models.py "$data"
 step "speculative decoding: tiny target/draft pairs and mlx-lm's speculative tokens"
