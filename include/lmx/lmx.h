@@ -165,6 +165,11 @@ struct LoadOptions {
   // An mlx-lm adapter directory (adapter_config.json + adapters.safetensors: LoRA, DoRA or a
   // full fine-tune), applied as mlx_lm.utils.load(path, adapter_path=...) does (docs/lora.md).
   std::optional<std::filesystem::path> adapter_path = std::nullopt;
+  // On the CPU, MLX's buffer cache keeps each freed buffer for reuse by one of the same size; the
+  // KV cache's replaced buffers and a prefill's intermediates rarely see that size again and
+  // would stay resident (docs/memory.md). When set and the default device is the CPU, load calls
+  // mx::set_cache_limit with it (a process-wide setting); nullopt leaves MLX's limit alone.
+  std::optional<size_t> cpu_buffer_cache_limit = 0;
 };
 
 // A LoRA adapter loaded by name for GenerateOptions::adapter (LanguageModel::load_adapter).

@@ -58,6 +58,8 @@ LanguageModel LanguageModel::load(const std::filesystem::path& model, const Load
         options.tensor_parallel);
   std::optional<ShardSpec> shard;
   if (options.tensor_parallel > 1) shard = join_tensor_parallel_group(options.tensor_parallel);
+  if (options.cpu_buffer_cache_limit && mx::default_device() == mx::Device::cpu)
+    mx::set_cache_limit(*options.cpu_buffer_cache_limit);
   // The tokenizer before the weights when there is one (a missing one is reported after the
   // weights' errors): parsing tokenizer.json builds a JSON tree several times the file's size
   // (~17 MB for a 49k-token BPE), and its freed pages go back before the weights arrive instead of
