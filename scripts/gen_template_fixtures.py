@@ -8,6 +8,7 @@ Writes OUT_DIR/cases.json, read by tests/unit/test_chat_template.cpp:
   cases:     [{name, template, messages, tools?, kwargs, add_generation_prompt,
                expected | error + error_type}]
   model_dir: [{name, dir, messages, ..., expected}] rendered by AutoTokenizer.from_pretrained(dir)
+  source_date_epoch: the time strftime_now renders (the test sets SOURCE_DATE_EPOCH to it)
 
 Templates:
   - feature templates (FEATURES below): one per Jinja construct, rendered with the same
@@ -229,6 +230,25 @@ def model_dir_cases(model: Path, out: Path, real: dict):
     return cases
 
 
+# strftime_now's time for every render (2026-01-02 03:04:05 UTC): lmx reads it from
+# SOURCE_DATE_EPOCH, which the test sets from cases.json, so a run that crosses midnight between
+# making the fixtures and testing them still compares equal.
+SOURCE_DATE_EPOCH = 1767323045
+
+
+def fix_now():
+    """transformers' strftime_now reads datetime.now() of its module: pin it, in UTC."""
+    from datetime import datetime, timezone
+    from transformers.utils import chat_template_utils
+
+    class Fixed(datetime):
+        @classmethod
+        def now(cls, tz=None):
+            return datetime.fromtimestamp(SOURCE_DATE_EPOCH, timezone.utc).replace(tzinfo=None)
+
+    chat_template_utils.datetime = Fixed
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("out", type=Path)
@@ -239,6 +259,7 @@ def main():
     args.out.mkdir(parents=True, exist_ok=True)
     import transformers
     transformers.logging.set_verbosity_error()
+    fix_now()
 
     templates, cases = {}, []
     # Feature templates: each with its own variables, rendered once or twice.
@@ -297,7 +318,8 @@ def main():
     for d in args.model_dir:
         model_cases += model_dir_cases(d, args.out / "dirs", real)
 
-    out = {"templates": templates, "cases": cases, "model_dir": model_cases}
+    out = {"templates": templates, "cases": cases, "model_dir": model_cases,
+           "source_date_epoch": SOURCE_DATE_EPOCH}
     (args.out / "cases.json").write_text(json.dumps(out, ensure_ascii=False, indent=1))
     n_err = sum("error" in c for c in cases)
     log(f"{len(templates)} templates, {len(cases)} cases ({n_err} expect an error), "

@@ -1,5 +1,7 @@
 // Attribute/item lookup, dict/list methods and the template globals.
+#include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <ctime>
 
 #include "chat/builtins.h"
@@ -193,9 +195,23 @@ Value global(const std::string& name) {
     });
   if (name == "strftime_now")
     return Value::function(name, [](const CallArgs& a) {
-      const std::time_t t = std::time(nullptr);
+      // SOURCE_DATE_EPOCH (reproducible-builds.org): a fixed time, in UTC, so that a render is
+      // reproducible (the template tests render at their fixtures' time).
       std::tm tm{};
-      localtime_r(&t, &tm);
+      if (const char* fixed = std::getenv("SOURCE_DATE_EPOCH")) {
+        char* end = nullptr;
+        errno = 0;
+        const long long secs = std::strtoll(fixed, &end, 10);
+        if (*fixed == '\0' || *end != '\0' || errno == ERANGE)
+          throw TemplateError(std::string("strftime_now: SOURCE_DATE_EPOCH must be an integer "
+                                          "number of seconds, got '") +
+                              fixed + "'");
+        const auto t = static_cast<std::time_t>(secs);
+        gmtime_r(&t, &tm);
+      } else {
+        const std::time_t t = std::time(nullptr);
+        localtime_r(&t, &tm);
+      }
       char buf[256];
       const std::string fmt = a.positional.empty() ? "" : to_str(a.positional[0]);
       const size_t n = std::strftime(buf, sizeof(buf), fmt.c_str(), &tm);

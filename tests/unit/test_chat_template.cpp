@@ -2,6 +2,7 @@
 // $LMX_TEST_DATA/templates/cases.json (scripts/gen_template_fixtures.py) must be byte-identical.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <random>
@@ -25,7 +26,11 @@ const ojson& fixtures() {
     std::ifstream f(lmx::test::data_path("templates/cases.json"));
     std::stringstream ss;
     ss << f.rdbuf();
-    return ojson::parse(ss.str());
+    ojson parsed = ojson::parse(ss.str());
+    // The fixtures' strftime_now time (scripts/gen_template_fixtures.py).
+    setenv("SOURCE_DATE_EPOCH", std::to_string(parsed.at("source_date_epoch").get<long long>()).c_str(),
+           1);
+    return parsed;
   }();
   return j;
 }
@@ -185,6 +190,32 @@ TEST(ChatTemplate, ErrorsNameTheTemplateAndLine) {
   }
   EXPECT_THROW(ChatTemplate::from_model_dir(lmx::test::source_dir() / "docs"), lmx::Error);
   EXPECT_THROW(ChatTemplate::from_source("{{ messages }}").render(ojson::object(), {}), lmx::Error);
+}
+
+// SOURCE_DATE_EPOCH fixes strftime_now's time (UTC); a value that is not a number of seconds is
+// an error naming it, not a silent fallback to the clock.
+TEST(ChatTemplate, SourceDateEpochFixesStrftimeNow) {
+  const char* before = std::getenv("SOURCE_DATE_EPOCH");
+  const std::string saved = before ? before : "";
+  const auto msgs = ojson::parse(R"([{"role": "user", "content": "hi"}])");
+  const auto t = ChatTemplate::from_source("{{ strftime_now('%Y-%m-%d %H:%M:%S') }}");
+  setenv("SOURCE_DATE_EPOCH", "86399", 1);
+  EXPECT_EQ(t.render(msgs, {}), "1970-01-01 23:59:59");
+  setenv("SOURCE_DATE_EPOCH", "1767323045", 1);
+  EXPECT_EQ(t.render(msgs, {}), "2026-01-02 03:04:05");
+  for (const char* bad : {"", "12x", "tomorrow", "99999999999999999999999"}) {
+    setenv("SOURCE_DATE_EPOCH", bad, 1);
+    try {
+      t.render(msgs, {});
+      ADD_FAILURE() << "expected an error for '" << bad << "'";
+    } catch (const lmx::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("SOURCE_DATE_EPOCH"), std::string::npos) << e.what();
+    }
+  }
+  if (before)
+    setenv("SOURCE_DATE_EPOCH", saved.c_str(), 1);
+  else
+    unsetenv("SOURCE_DATE_EPOCH");
 }
 
 // Hostile templates and inputs get lmx::Error, never a crash, a hang or exhausted memory.
