@@ -9,6 +9,9 @@ another. From each run: tokens/s and it/s (the mean of the progress reports afte
 which holds the warm-up; all reports when there is only one), the MLX peak memory it reports
 (mx.get_peak_memory, "Peak mem") and the process's peak RSS (wait4's ru_maxrss), and the final
 train loss (the two runtimes compute the same losses: tests/models/test_train.cpp).
+Before the measured runs each configuration trains 2 steps unmeasured (--no-warmup: not): a
+compiled step's first run on the CPU has MLX build its fused kernels with the system C++ compiler
+(cached under $TMPDIR/mlx), whose processes would otherwise count in the peak RSS and time.
 --uncompiled adds lmx with MLX_DISABLE_COMPILE=1 (its training step not compiled) after each lmx
 run, and --mlx-lm-uncompiled mlx_lm.lora likewise.
 
@@ -116,6 +119,8 @@ def main():
     ap.add_argument("--steps-per-report", type=int, default=10)
     ap.add_argument("--learning-rate", type=float, default=1e-5)
     ap.add_argument("--skip", default="", help="comma list of: mlx-lm, checkpoint")
+    ap.add_argument("--no-warmup", action="store_true",
+                    help="no unmeasured 2-step run of each configuration first")
     ap.add_argument("--uncompiled", action="store_true",
                     help="also lmx with MLX_DISABLE_COMPILE=1")
     ap.add_argument("--mlx-lm-uncompiled", action="store_true",
@@ -144,6 +149,15 @@ def main():
             if a.mlx_lm_uncompiled:
                 runs.append(("mlx-lm-uncompiled", mlx_lm, off))
         rows = []
+        configs = [(c, r) for c in ([False] if "checkpoint" in skip else [False, True])
+                   for r in runs]
+        if not a.no_warmup:
+            warm = list(common)
+            warm[warm.index("--iters") + 1] = "2"
+            for checkpoint, (name, prefix, env) in configs:
+                cmd = prefix(str(tmp / "warmup.jsonl")) + warm + [
+                    "--adapter-path", str(tmp / "adapters_warmup")]
+                measured(cmd + (["--grad-checkpoint"] if checkpoint else []), env)
         for checkpoint in ([False] if "checkpoint" in skip else [False, True]):
             for name, prefix, env in runs:
                 adapters = tmp / f"adapters_{name}_{int(checkpoint)}"
