@@ -9,16 +9,22 @@ another. From each run: tokens/s and it/s (the mean of the progress reports afte
 which holds the warm-up; all reports when there is only one), the MLX peak memory it reports
 (mx.get_peak_memory, "Peak mem") and the process's peak RSS (wait4's ru_maxrss), and the final
 train loss (the two runtimes compute the same losses: tests/models/test_train.cpp).
+Before the measured runs each configuration trains 2 steps unmeasured (--no-warmup: not): a
+compiled step's first run on the CPU has MLX build its fused kernels with the system C++ compiler
+(cached under $TMPDIR/mlx), whose processes would otherwise count in the peak RSS and time.
+--uncompiled adds lmx with MLX_DISABLE_COMPILE=1 (its training step not compiled) after each lmx
+run, and --mlx-lm-uncompiled mlx_lm.lora likewise.
 
 usage: train_cpu.py [--model build/testdata/smollm2-135m-instruct-4bit] [--lmx build/lmx]
                     [--iters 40] [--batch-size 4] [--num-layers 16] [--seq-words 120]
                     [--rows 64] [--steps-per-report 10] [--skip mlx-lm,checkpoint]
-                    [--jsonl FILE]
+                    [--uncompiled] [--mlx-lm-uncompiled] [--jsonl FILE]
 Prints a Markdown table. Needs a quiet machine for numbers worth keeping; --iters 2
 --steps-per-report 1 checks that it runs.
 """
 import argparse
 import json
+import os
 import random
 import re
 import subprocess
@@ -83,7 +89,7 @@ def parse(metrics_file):
                 peak_gb=max(r["peak"] for r in reports), final_loss=reports[-1]["loss"])
 
 
-def measured(cmd):
+def measured(cmd, env=None):
     """Runs cmd in a child of a fresh Python process, so ru_maxrss is this run's alone."""
     probe = ("import resource, subprocess, sys, json\n"
              "p = subprocess.run(sys.argv[1:], capture_output=True, text=True)\n"
@@ -92,7 +98,8 @@ def measured(cmd):
              "sys.stderr.write('\\nMAXRSS_KB %d\\n' % rss)\n"
              "sys.exit(p.returncode)\n")
     t0 = time.perf_counter()
-    p = subprocess.run([sys.executable, "-c", probe, *cmd], capture_output=True, text=True)
+    p = subprocess.run([sys.executable, "-c", probe, *cmd], capture_output=True, text=True,
+                       env=None if env is None else dict(os.environ, **env))
     seconds = time.perf_counter() - t0
     if p.returncode != 0:
         sys.exit(f"{' '.join(cmd)} failed ({p.returncode}):\n{p.stderr[-3000:]}")
@@ -112,6 +119,12 @@ def main():
     ap.add_argument("--steps-per-report", type=int, default=10)
     ap.add_argument("--learning-rate", type=float, default=1e-5)
     ap.add_argument("--skip", default="", help="comma list of: mlx-lm, checkpoint")
+    ap.add_argument("--no-warmup", action="store_true",
+                    help="no unmeasured 2-step run of each configuration first")
+    ap.add_argument("--uncompiled", action="store_true",
+                    help="also lmx with MLX_DISABLE_COMPILE=1")
+    ap.add_argument("--mlx-lm-uncompiled", action="store_true",
+                    help="also mlx_lm.lora with MLX_DISABLE_COMPILE=1")
     ap.add_argument("--jsonl", type=Path)
     a = ap.parse_args()
     skip = set(filter(None, a.skip.split(",")))
@@ -125,43 +138,67 @@ def main():
                   # one validation batch at step 1 and the end: it is not timed by either
                   "--steps-per-eval", str(10 ** 6), "--val-batches", "1", "--learning-rate",
                   str(a.learning_rate), "--save-every", str(10 ** 6), "--seed", "0"]
-        runs = [("lmx", lambda m: [a.lmx, "lora", "--metrics-file", m])]
+        off = {"MLX_DISABLE_COMPILE": "1"}
+        lmx = lambda m: [a.lmx, "lora", "--metrics-file", m]
+        mlx_lm = lambda m: [sys.executable, "-c", MLX_LM, m]
+        runs = [("lmx", lmx, None)]
+        if a.uncompiled:
+            runs.append(("lmx-uncompiled", lmx, off))
         if "mlx-lm" not in skip:
-            runs.append(("mlx-lm", lambda m: [sys.executable, "-c", MLX_LM, m]))
+            runs.append(("mlx-lm", mlx_lm, None))
+            if a.mlx_lm_uncompiled:
+                runs.append(("mlx-lm-uncompiled", mlx_lm, off))
         rows = []
+        configs = [(c, r) for c in ([False] if "checkpoint" in skip else [False, True])
+                   for r in runs]
+        if not a.no_warmup:
+            warm = list(common)
+            warm[warm.index("--iters") + 1] = "2"
+            for checkpoint, (name, prefix, env) in configs:
+                cmd = prefix(str(tmp / "warmup.jsonl")) + warm + [
+                    "--adapter-path", str(tmp / "adapters_warmup")]
+                measured(cmd + (["--grad-checkpoint"] if checkpoint else []), env)
         for checkpoint in ([False] if "checkpoint" in skip else [False, True]):
-            for name, prefix in runs:
+            for name, prefix, env in runs:
                 adapters = tmp / f"adapters_{name}_{int(checkpoint)}"
                 metrics = tmp / f"metrics_{name}_{int(checkpoint)}.jsonl"
                 cmd = prefix(str(metrics)) + common + ["--adapter-path", str(adapters)]
                 if checkpoint:
                     cmd.append("--grad-checkpoint")
-                seconds, rss = measured(cmd)
+                load = os.getloadavg()[0]
+                seconds, rss = measured(cmd, env)
                 row = dict(runtime=name, grad_checkpoint=checkpoint, wall_s=round(seconds, 2),
+                           load_1m_before=round(load, 2), load_1m_after=round(os.getloadavg()[0], 2),
                            peak_rss_gb=round(rss, 3), **parse(metrics))
                 rows.append(row)
                 if a.jsonl:
                     with open(a.jsonl, "a") as f:
                         f.write(json.dumps(dict(row, model=a.model, iters=a.iters,
+                                                seq_words=a.seq_words,
+                                                steps_per_report=a.steps_per_report,
                                                 batch_size=a.batch_size,
                                                 num_layers=a.num_layers)) + "\n")
 
     print(f"model {a.model}, {a.iters} iters, batch {a.batch_size}, {a.num_layers} layers, "
           f"~{a.seq_words} words a row")
-    print("| runtime | grad ckpt | tokens/s | it/s | MLX peak GB | peak RSS GB | final loss | wall s |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| runtime | grad ckpt | tokens/s | it/s | MLX peak GB | peak RSS GB | final loss | wall s "
+          "| load 1m |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for r in rows:
         print(f"| {r['runtime']} | {'yes' if r['grad_checkpoint'] else 'no'} | "
               f"{r['tok_sec']:.1f} | {r['it_sec']:.3f} | {r['peak_gb']:.3f} | "
-              f"{r['peak_rss_gb']:.3f} | {r['final_loss']:.3f} | {r['wall_s']:.1f} |")
+              f"{r['peak_rss_gb']:.3f} | {r['final_loss']:.3f} | {r['wall_s']:.1f} | "
+              f"{r['load_1m_before']:.2f}-{r['load_1m_after']:.2f} |")
     by = {(r["runtime"], r["grad_checkpoint"]): r for r in rows}
     for ck in (False, True):
-        if ("lmx", ck) in by and ("mlx-lm", ck) in by:
-            l, m = by[("lmx", ck)], by[("mlx-lm", ck)]
-            print(f"grad checkpoint {'on' if ck else 'off'}: lmx / mlx-lm tokens/s "
-                  f"{l['tok_sec'] / m['tok_sec']:.2f}x, MLX peak memory "
-                  f"{l['peak_gb'] / m['peak_gb']:.2f}x")
-    for name, _ in runs:
+        for ours in ("lmx", "lmx-uncompiled"):
+            if (ours, ck) in by and ("mlx-lm", ck) in by:
+                l, m = by[(ours, ck)], by[("mlx-lm", ck)]
+                print(f"grad checkpoint {'on' if ck else 'off'}: {ours} / mlx-lm tokens/s "
+                      f"{l['tok_sec'] / m['tok_sec']:.2f}x, MLX peak memory "
+                      f"{l['peak_gb'] / m['peak_gb']:.2f}x, peak RSS "
+                      f"{l['peak_rss_gb'] / m['peak_rss_gb']:.2f}x")
+    for name, _, _ in runs:
         if (name, False) in by and (name, True) in by:
             off, on = by[(name, False)], by[(name, True)]
             print(f"{name}: --grad-checkpoint peak memory {off['peak_gb']:.3f} -> "

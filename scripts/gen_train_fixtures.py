@@ -65,6 +65,12 @@ ROWS = [
     dict(name="llama_f32_text", quant=None, format="text",
          args=dict(num_layers=2, learning_rate=1e-3, batch_size=4, iters=20, steps_per_report=1,
                    steps_per_eval=5, val_batches=2, save_every=10, test_batches=-1, seed=3)),
+    # As llama_f32_text with LoRA dropout: the masks are drawn from mx.random's key in the
+    # order the adapters run (gate before up), through mlx-lm's compiled step.
+    dict(name="llama_f32_dropout", quant=None, format="text",
+         args=dict(num_layers=2, learning_rate=1e-3, batch_size=4, iters=20, steps_per_report=1,
+                   steps_per_eval=5, val_batches=2, save_every=10, test_batches=-1, seed=13,
+                   lora_parameters=dict(rank=8, dropout=0.1, scale=20.0))),
     # QLoRA: 4-bit base, prompt/completion rows with the prompt masked, q/v of the last layer,
     # AdamW with cosine decay after warmup, 2-step gradient accumulation, truncation at 40.
     dict(name="llama_q4_completions", quant=dict(bits=4, group_size=64), format="completions",

@@ -4,6 +4,9 @@
 # without --grad-checkpoint) on random Qwen3 weights in real shapes, 4-bit group 64
 # (bench/gpu/prepare.sh hf + mlx). Tables and JSON lines land in $OUT.
 #   MODELS=qwen3-0.6b bench/gpu/train.sh [train_cpu.py flags...]
+# Both compile their training step; --uncompiled adds lmx with MLX_DISABLE_COMPILE=1 (and
+# --mlx-lm-uncompiled mlx-lm so) to the same run. Each configuration first trains 2 steps
+# unmeasured (JIT kernels; --no-warmup skips it).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"

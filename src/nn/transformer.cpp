@@ -26,7 +26,9 @@ mx::array SwiGLUMLP::operator()(const mx::array& x) const {
     auto gate_up = mx::split((*gate_up_proj)(x), 2, -1);
     return down_proj(swiglu(gate_up[0], gate_up[1]));
   }
-  return down_proj(swiglu((*gate_proj)(x), (*up_proj)(x)));
+  // gate before up, as mlx-lm calls them: a training adapter's dropout draws in call order.
+  mx::array gate = (*gate_proj)(x);
+  return down_proj(swiglu(gate, (*up_proj)(x)));
 }
 
 Attention::Attention(const AttentionOptions& o, WeightStore& w, const std::string& p)

@@ -28,12 +28,23 @@ struct ParamSet {
   std::vector<std::string> names;
   std::vector<mx::array> values;
   bool training = false;  // dropout on
-  float dropout = 0.0f;
+  double dropout = 0.0;
   // Full fine-tuning: the model's own arrays, values[i] mirrored into *targets[i], and their
   // loaded values (the DPO reference).
   std::vector<mx::array*> targets;
   std::vector<mx::array> initial;
   bool reference = false;  // adapters off: the DPO reference forward
+  // The PRNG key of mx.random's default sequence (KeySequence), held here so that the compiled
+  // training step can take it in and hand it back, as mlx-lm's step does with mx.random.state:
+  // each draw splits it as KeySequence::next() does.
+  mx::array key = mx::random::key(0);
+
+  void seed(uint64_t s) { key = mx::random::key(s); }
+  mx::array next_key() {
+    auto [rest, draw] = mx::random::split(key);
+    key = rest;
+    return draw;
+  }
 
   void set(std::vector<mx::array> v) {
     values = std::move(v);
@@ -58,11 +69,13 @@ std::optional<int> layer_of(const std::string& name) {
 }
 
 // nn.Dropout when training: (bernoulli(1 - p) * x) * (1 / (1 - p)).
-mx::array dropout(const ParamSet& p, const mx::array& x) {
-  if (!p.training || p.dropout <= 0.0f) return x;
-  const float keep = 1.0f - p.dropout;
-  mx::array mask = mx::random::bernoulli(mx::array(keep), x.shape());
-  return mx::multiply(mx::multiply(mask, x), mx::array(1.0f / keep, x.dtype()));
+mx::array dropout(ParamSet& p, const mx::array& x) {
+  if (!p.training || p.dropout <= 0.0) return x;
+  // 1 - p and 1 / (1 - p) in double, as Python computes them, then rounded to the arrays' types.
+  const double keep = 1.0 - p.dropout;
+  mx::array mask =
+      mx::random::bernoulli(mx::array(static_cast<float>(keep)), x.shape(), p.next_key());
+  return mx::multiply(mx::multiply(mask, x), mx::array(static_cast<float>(1.0 / keep), x.dtype()));
 }
 
 // The base weight, dequantized if quantized (DoRA's _dequantized_weight).
@@ -219,12 +232,14 @@ class TrainSource : public nn::AdapterSource {
     std::stable_sort(order.begin(), order.end(), [&](const Slot& x, const Slot& y) {
       return x.layer != y.layer ? x.layer < y.layer : rank(x) < rank(y);
     });
-    mx::random::seed(static_cast<uint64_t>(seed));
+    p_->seed(static_cast<uint64_t>(seed));
     for (const Slot& s : order) {
       const float linear_scale = static_cast<float>(std::sqrt(1.0 / s.in));
-      (void)mx::random::uniform(-linear_scale, linear_scale, {s.out, s.in});
+      (void)mx::random::uniform(-linear_scale, linear_scale, {s.out, s.in}, mx::float32,
+                                p_->next_key());
       const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(s.in)));
-      p_->values[s.a] = mx::random::uniform(-scale, scale, {s.in, o_.rank});
+      p_->values[s.a] =
+          mx::random::uniform(-scale, scale, {s.in, o_.rank}, mx::float32, p_->next_key());
       p_->values[s.b] = mx::zeros({o_.rank, s.out}, mx::float32);
       // DoRA: m = ||W|| per output row, of the float32 (dequantized) weight.
       if (s.m >= 0)
@@ -232,6 +247,7 @@ class TrainSource : public nn::AdapterSource {
             mx::linalg::norm(mx::astype(base_weight(*s.base), mx::float32), std::vector<int>{1});
     }
     mx::eval(p_->values);
+    mx::eval(p_->key);
   }
 
   const std::vector<Slot>& slots() const { return slots_; }
@@ -557,12 +573,22 @@ class Optimizer {
     }
   }
 
+  // {m..., v..., step, learning rate}: what a compiled step takes in and hands back.
   std::vector<mx::array> state() const {
     std::vector<mx::array> s = m_;
     s.insert(s.end(), v_.begin(), v_.end());
     s.push_back(step_);
     s.push_back(lr_);
     return s;
+  }
+  void set_state(std::vector<mx::array> s) {
+    const size_t n = m_.size();
+    check(s.size() == 2 * n + 2, "lmx lora", "optimizer state of ", s.size(), " arrays, expected ",
+          2 * n + 2);
+    std::move(s.begin(), s.begin() + n, m_.begin());
+    std::move(s.begin() + n, s.begin() + 2 * n, v_.begin());
+    step_ = std::move(s[2 * n]);
+    lr_ = std::move(s[2 * n + 1]);
   }
   const mx::array& learning_rate() const { return lr_; }
 
@@ -787,9 +813,9 @@ TrainOptions TrainOptions::from_args(const json& args) {
         lp.contains("alpha") ? " (found 'alpha': mlx-lm's LoRA config uses 'scale')" : "");
   o.rank = l.get<int>("rank", 8);
   o.scale = static_cast<float>(l.get<double>("scale"));
-  o.dropout = static_cast<float>(l.get<double>("dropout", 0.0));
+  o.dropout = l.get<double>("dropout", 0.0);
   check(o.rank >= 1, l.source, "rank must be at least 1, got ", o.rank);
-  check(o.dropout >= 0.0f && o.dropout < 1.0f, l.source, "dropout must be in [0, 1)");
+  check(o.dropout >= 0.0 && o.dropout < 1.0, l.source, "dropout must be in [0, 1)");
   if (l.has("keys")) o.keys = l.get<std::vector<std::string>>("keys");
   o.data_options.mask_prompt = v.get<bool>("mask_prompt", false);
   o.data_options.preference = o.train_mode != "sft";
@@ -844,7 +870,7 @@ void run(const TrainOptions& o, const MetricsCallback& on_metrics) {
     size_t total = 0;
     model = load_trainable(o.model, source, &total);
     if (o.fine_tune_type == "full") {
-      mx::random::seed(static_cast<uint64_t>(o.seed));
+      params->seed(static_cast<uint64_t>(o.seed));
       bind_full(*params, *model, o);
     } else {
       check(!source.slots().empty(), "lmx lora",
@@ -906,6 +932,60 @@ void run(const TrainOptions& o, const MetricsCallback& on_metrics) {
           });
     }
 
+    // mlx-lm's `step` (tuner/trainer.py), which it compiles with the model's, the optimizer's
+    // and mx.random's state as implicit inputs and outputs: the loss and gradients of a batch,
+    // the accumulated gradients added, and on an update step their mean through the optimizer.
+    // MLX's C++ compile has no implicit state, so the state is passed explicitly:
+    //   in:  tokens, lengths, [DPO reference sums], key, parameters (n), optimizer state
+    //        (m, v: n each; step; learning rate), [accumulated gradients (n)]
+    //   out: loss, tokens, [reward margin], key, parameters, optimizer state,
+    //        [gradients (n), when not updating]
+    // One compiled function per (accumulated, update) pair, as mx.compile traces one per value
+    // of its non-array arguments; each traces again for a new batch shape. MLX_DISABLE_COMPILE
+    // (honoured by MLX) runs the same function uncompiled.
+    const bool dpo = o.train_mode == "dpo";
+    const size_t n_params = params->values.size();
+    auto make_step = [&](bool accumulated, bool update) {
+      return [&, accumulated, update](const std::vector<mx::array>& in) {
+        auto at = in.begin();
+        Batch b{at[0], at[1]};
+        at += 2;
+        current = &b;
+        current_ref.reset();
+        if (dpo) current_ref = *at++;
+        params->key = *at++;
+        const std::vector<mx::array> saved(at, at + n_params);
+        at += n_params;
+        opt.set_state(std::vector<mx::array>(at, at + 2 * n_params + 2));
+        at += 2 * n_params + 2;
+        auto [values, grads] = loss_and_grad(saved);
+        params->set(saved);
+        if (accumulated)
+          for (size_t i = 0; i < n_params; ++i) grads[i] = mx::add(grads[i], at[i]);
+        if (update) {
+          if (o.grad_accumulation_steps > 1)
+            for (auto& g : grads)
+              g = mx::divide(g, mx::array(static_cast<float>(o.grad_accumulation_steps)));
+          opt.update(params->values, grads);
+          params->sync();
+        }
+        std::vector<mx::array> out = values;
+        out.push_back(params->key);
+        out.insert(out.end(), params->values.begin(), params->values.end());
+        for (auto& a : opt.state()) out.push_back(std::move(a));
+        if (!update) out.insert(out.end(), grads.begin(), grads.end());
+        current = nullptr;
+        return out;
+      };
+    };
+    using StepFn = std::function<std::vector<mx::array>(const std::vector<mx::array>&)>;
+    std::map<std::pair<bool, bool>, StepFn> steps_by_kind;
+    auto step_fn = [&](bool accumulated, bool update) -> const StepFn& {
+      auto& f = steps_by_kind[{accumulated, update}];
+      if (!f) f = mx::compile(StepFn(make_step(accumulated, update)));
+      return f;
+    };
+
     std::printf("Starting training..., iters: %d\n", o.iters);
     std::fflush(stdout);
     BatchIterator train_it(train_set, o.batch_size, o.max_seq_length, true, rng);
@@ -936,29 +1016,33 @@ void run(const TrainOptions& o, const MetricsCallback& on_metrics) {
         tic = Clock{};
       }
       params->training = true;
-      current = &batch;
-      if (o.train_mode == "dpo") current_ref = reference_logps(*model, *params, batch);
-      const std::vector<mx::array> saved = params->values;
-      auto [values, grads] = loss_and_grad(saved);
-      params->set(saved);
-      if (accum)
-        for (size_t i = 0; i < grads.size(); ++i) grads[i] = mx::add(grads[i], (*accum)[i]);
-      if (it % o.grad_accumulation_steps == 0) {
-        if (o.grad_accumulation_steps > 1)
-          for (auto& g : grads)
-            g = mx::divide(g, mx::array(static_cast<float>(o.grad_accumulation_steps)));
-        opt.update(params->values, grads);
-        params->sync();
+      std::vector<mx::array> in{batch.tokens, batch.lengths};
+      if (dpo) in.push_back(reference_logps(*model, *params, batch));
+      in.push_back(params->key);
+      in.insert(in.end(), params->values.begin(), params->values.end());
+      for (auto& a : opt.state()) in.push_back(std::move(a));
+      if (accum) in.insert(in.end(), accum->begin(), accum->end());
+      const bool update = it % o.grad_accumulation_steps == 0;
+      std::vector<mx::array> out = step_fn(accum.has_value(), update)(in);
+      const size_t n_values = sft ? 2 : 3;
+      std::vector<mx::array> values(out.begin(), out.begin() + n_values);
+      auto at = out.begin() + n_values;
+      params->key = *at++;
+      params->set(std::vector<mx::array>(at, at + n_params));
+      at += n_params;
+      opt.set_state(std::vector<mx::array>(at, at + 2 * n_params + 2));
+      at += 2 * n_params + 2;
+      if (update)
         accum.reset();
-      } else {
-        accum = grads;
-      }
+      else
+        accum = std::vector<mx::array>(at, at + n_params);
       losses = losses ? mx::add(*losses, values[0]) : values[0];
       n_tokens = n_tokens ? mx::add(*n_tokens, values[1]) : values[1];
       if (!sft) margins = margins ? mx::add(*margins, values[2]) : values[2];
       ++steps;
       std::vector<mx::array> to_eval = params->values;
       for (const auto& s : opt.state()) to_eval.push_back(s);
+      to_eval.push_back(params->key);
       to_eval.push_back(*losses);
       to_eval.push_back(*n_tokens);
       if (margins) to_eval.push_back(*margins);

@@ -59,7 +59,7 @@ struct TrainOptions {
   std::optional<Schedule> lr_schedule;
   int rank = 8;
   float scale = 20.0f;
-  float dropout = 0.0f;
+  double dropout = 0.0;
   std::optional<std::vector<std::string>> keys;
   DataOptions data_options;
   std::optional<fs::path> metrics_file;  // one JSON object per report, val loss and test line

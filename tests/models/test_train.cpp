@@ -112,8 +112,9 @@ TEST_P(TrainParity, LossesAdapterAndLogitsEqualMlxLm) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Rows, TrainParity,
-                         ::testing::Values("llama_f32_text", "llama_q4_completions",
-                                           "llama_q4_dora_chat", "llama_f32_full"));
+                         ::testing::Values("llama_f32_text", "llama_f32_dropout",
+                                           "llama_q4_completions", "llama_q4_dora_chat",
+                                           "llama_f32_full"));
 
 // --resume-adapter-file with mlx-lm's final adapter and a learning rate of 0: the saved adapter is
 // the file resumed from, and the test loss is mlx-lm's after its training (the test set is one
