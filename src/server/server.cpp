@@ -442,7 +442,8 @@ std::shared_ptr<Context> make_context(const ServerOptions& o, const ModelSpec& s
   ctx->tool_format = detect_tool_format(source);
   ctx->engine->start();
   log(*ctx, "INFO",
-      "loaded " + spec.id + " (tool format " + tool_format_name(ctx->tool_format) + ")");
+      "loaded " + spec.id + " (tier " + ctx->engine->model().tier() + ", tool format " +
+          tool_format_name(ctx->tool_format) + ")");
   return ctx;
 }
 

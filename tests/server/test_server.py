@@ -38,11 +38,12 @@ def free_port():
 
 
 class Server:
-    def __init__(self, *flags, model=MODEL):
+    def __init__(self, *flags, model=MODEL, exact=True):
         self.port = free_port()
         # A file, not a pipe: a full pipe nobody reads would block the server's logging.
         self.log = tempfile.TemporaryFile()
-        self.proc = subprocess.Popen([BINARY, "serve", "--exact", "--model", model, "--port", str(self.port),
+        tier = ["--exact"] if exact else []
+        self.proc = subprocess.Popen([BINARY, "serve", *tier, "--model", model, "--port", str(self.port),
                                       *flags], stdout=subprocess.DEVNULL, stderr=self.log)
         deadline = time.time() + 120
         while time.time() < deadline:
