@@ -31,7 +31,7 @@ TokenGenerator::TokenGenerator(Model& model, Cache& cache, std::vector<int> prom
   int done = 0;
   const int total = static_cast<int>(prompt.size());
   while (total - done > 1) {
-    const int n = std::min(opt_.prefill_step_size, total - done - 1);
+    const int n = std::min(prefill_rows(model_, opt_), total - done - 1);
     prefill_chunk(mx::expand_dims(mx::slice(tokens, {done}, {done + n}), 0), cache_, opt_, history_,
                   [&](const mx::array& t) { return model_(t, cache_); });
     done += n;
@@ -56,6 +56,11 @@ std::pair<mx::array, mx::array> TokenGenerator::step(const mx::array& input, boo
   logits =
       mx::reshape(mx::slice(logits, {0, L - 1, 0}, {logits.shape(0), L, V}), {logits.shape(0), V});
   return sample_next(model_, logits, input, generated, cache_, opt_, history_);
+}
+
+int prefill_rows(const Model& model, const GenerateOptions& options) {
+  return model.cpu_kernels() ? std::min(options.prefill_step_size, kCpuPrefillRows)
+                             : options.prefill_step_size;
 }
 
 void prefill_chunk(const mx::array& chunk, Cache& cache, const GenerateOptions& opt,

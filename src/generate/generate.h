@@ -48,6 +48,14 @@ class TokenGenerator {
 // per-layer kv_config of a model with num_caches layer caches. Throws lmx::Error.
 void validate_generation(const GenerateOptions& options, int num_caches);
 
+// Prompt tokens per prefill chunk: options.prefill_step_size (mlx-lm's 2048 by default), at most
+// kCpuPrefillRows on tier L3 of the CPU. Its kernels run as fast in 256-row chunks as in one
+// chunk of 1,000 rows, while what a chunk allocates grows with it: activations, the kernels'
+// scratch and the attention scores (rows x context x heads); SmolLM2 peaks at 180 MB instead of
+// 197 MB for a 1,000-token prompt (docs/memory.md). Tier L1 keeps mlx-lm's chunks.
+inline constexpr int kCpuPrefillRows = 256;
+int prefill_rows(const Model& model, const GenerateOptions& options);
+
 // One prefill chunk of generate_step: `forward` runs `chunk` (1, n) into `cache`, which is then
 // quantized as the options say and evaluated; `history` (the logits processors' tokens) grows
 // by the chunk.

@@ -44,7 +44,7 @@ void prefill(Model& model, Cache& cache, const std::vector<int>& tokens, const G
   const int total = static_cast<int>(tokens.size());
   int done = 0;
   while (total - done > 1) {
-    const int n = std::min(opt.prefill_step_size, total - done - 1);
+    const int n = std::min(prefill_rows(model, opt), total - done - 1);
     prefill_chunk(mx::expand_dims(mx::slice(t, {done}, {done + n}), 0), cache, opt, history,
                   [&](const mx::array& c) { return forward ? forward(c) : model(c, cache); });
     done += n;

@@ -28,8 +28,8 @@ const ojson& fixtures() {
     ss << f.rdbuf();
     ojson parsed = ojson::parse(ss.str());
     // The fixtures' strftime_now time (scripts/gen_template_fixtures.py).
-    setenv("SOURCE_DATE_EPOCH", std::to_string(parsed.at("source_date_epoch").get<long long>()).c_str(),
-           1);
+    setenv("SOURCE_DATE_EPOCH",
+           std::to_string(parsed.at("source_date_epoch").get<long long>()).c_str(), 1);
     return parsed;
   }();
   return j;
