@@ -2,10 +2,17 @@
 # Drives `lmx chat` in tmux on the default model (temperature 0): the answers of a two-turn
 # conversation must equal `lmx generate` on the prompts transformers' apply_chat_template renders
 # for the same history; /reset starts over (the first answer again); Ctrl-C stops a long answer
-# and the chat goes on.
-#   tests/cli/test_chat_tmux.sh LMX_BINARY   (LMX_TEST_DATA must hold smollm2-135m-instruct-4bit)
+# and the chat goes on. TIER: exact (both sides --exact, tier L1) or default (the tier users get:
+# L3 on the CPU, both sides; its kernels are deterministic, so the texts still agree).
+#   tests/cli/test_chat_tmux.sh LMX_BINARY [exact|default]
+#   (LMX_TEST_DATA must hold smollm2-135m-instruct-4bit)
 set -euo pipefail
 lmx="$1"
+case "${2:-exact}" in
+  exact) tier="--exact" ;;
+  default) tier="" ;;
+  *) echo "FAIL: TIER must be exact or default, got '$2'"; exit 2 ;;
+esac
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 py="$root/.venv/bin/python"
 model="${LMX_TEST_DATA:?}/smollm2-135m-instruct-4bit"
@@ -29,7 +36,7 @@ wait_prompts() {
 }
 start_chat() {
   tmux new-session -d -s "$session" -x 250 -y 60 \
-    "'$lmx' chat --exact --model '$model' --max-tokens $1; echo '[chat exited]'; sleep 60"
+    "'$lmx' chat $tier --model '$model' --max-tokens $1; echo '[chat exited]'; sleep 60"
 }
 
 start_chat $max_tokens
@@ -64,7 +71,7 @@ tok = AutoTokenizer.from_pretrained(sys.argv[1])
 sys.stdout.write(tok.apply_chat_template(json.loads(sys.argv[2]), tokenize=False, add_generation_prompt=True))
 PY
 }
-generate() { "$lmx" generate --exact --model "$model" --max-tokens $max_tokens --prompt - < "$1" | sed -e 's/[[:space:]]*$//'; }
+generate() { "$lmx" generate $tier --model "$model" --max-tokens $max_tokens --prompt - < "$1" | sed -e 's/[[:space:]]*$//'; }
 json_str() { "$py" -c 'import json,sys; print(json.dumps(sys.argv[1]))' "$1"; }
 
 render "$work/p1.txt" "[{\"role\": \"user\", \"content\": $(json_str "$q1")}]"
