@@ -140,9 +140,14 @@ Value arith(const std::string& op, const Value& a, const Value& b, bool rhs_is_t
   } else if (op == "**") {
     if (nums) {
       if (!floats && b.as_int() >= 0) {
-        Value p = Value::integer(1);
-        for (int64_t k = 0; k < b.as_int(); ++k) p = int_op('*', p.i, a.as_int());
-        return p;
+        // By squaring: `0 ** 10**14` never overflows, so one multiply per unit of the exponent
+        // hung. A square that overflows while exponent bits remain means the result does too.
+        int64_t base = a.as_int(), r = 1;
+        for (int64_t e = b.as_int(); e > 0; e >>= 1) {
+          if (e & 1) r = int_op('*', r, base).i;
+          if (e > 1) base = int_op('*', base, base).i;
+        }
+        return Value::integer(r);
       }
       return Value::number(std::pow(a.as_double(), b.as_double()));
     }

@@ -113,4 +113,26 @@ TEST(FuzzRegressions, PromptCacheKeysWithoutValues) {
   std::filesystem::remove(file);
 }
 
+// fuzz_chat_template: `0 ** 153289498423752` multiplied once per unit of the exponent and never
+// overflowed (a hang: libFuzzer's 10 s timeout). Integer powers are computed by squaring.
+TEST(FuzzRegressions, IntegerPowerWithAHugeExponent) {
+  const auto render = [](const std::string& src) {
+    return lmx::chat::ChatTemplate::from_source(src).render(nlohmann::ordered_json::array());
+  };
+  EXPECT_EQ(render("{{ 0 ** 153289498423752 }}"), "0");
+  EXPECT_EQ(render("{{ 1 ** 153289498423752 }}"), "1");
+  EXPECT_EQ(render("{{ (-1) ** 153289498423751 }}"), "-1");
+  EXPECT_EQ(render("{{ 7 ** 0 }}"), "1");
+  EXPECT_EQ(render("{{ 3 ** 39 }}"), "4052555153018976267");
+  EXPECT_EQ(render("{{ (-2) ** 63 }}"), "-9223372036854775808");
+  for (const std::string src : {"{{ 2 ** 63 }}", "{{ 3 ** 153289498423752 }}"}) {
+    try {
+      render(src);
+      ADD_FAILURE() << src << " rendered";
+    } catch (const lmx::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("integer overflow"), std::string::npos) << e.what();
+    }
+  }
+}
+
 }  // namespace
