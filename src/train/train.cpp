@@ -234,9 +234,9 @@ class TrainSource : public nn::AdapterSource {
     });
     p_->seed(static_cast<uint64_t>(seed));
     for (const Slot& s : order) {
-      const float linear_scale = static_cast<float>(std::sqrt(1.0 / s.in));
-      (void)mx::random::uniform(-linear_scale, linear_scale, {s.out, s.in}, mx::float32,
-                                p_->next_key());
+      // mlx-lm's LoRALinear builds an nn.Linear first, whose weight draw (discarded) takes one
+      // key from the sequence.
+      (void)p_->next_key();
       const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(s.in)));
       p_->values[s.a] =
           mx::random::uniform(-scale, scale, {s.in, o_.rank}, mx::float32, p_->next_key());
