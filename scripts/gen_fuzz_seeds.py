@@ -93,7 +93,7 @@ def requests(root):
 
 
 def tool_calls(root):
-    # byte 0: format (hermes, llama3, mistral, gemma, gemma4); byte 1: bit 0 starts inside <think>,
+    # byte 0: format (hermes, llama3, mistral, gemma, gemma4, qwen3_coder, harmony); byte 1: bit 0 starts inside <think>,
     # the rest the chunk size - 1 (fuzz_tool_calls.cpp).
     outs = [
         (0, '<think>hm</think>Sure.<tool_call>\n{"name": "f", "arguments": {"x": 1}}\n</tool_call>'),
@@ -105,6 +105,16 @@ def tool_calls(root):
         (3, '<start_function_call>call:f{a:<escape>text, with } braces<escape>,n:1,b:true,'
             'l:[1,2],o:{k:2}}<end_function_call>'),
         (4, '<|tool_call>call:f{a:<|"|>text<|"|>,n:-1.5e3,z:null}<tool_call|>'),
+        (5, '<think>plan</think>\n\n<tool_call>\n<function=f>\n<parameter=s>\nhello\n</parameter>\n'
+            '<parameter=i>\n3\n</parameter>\n<parameter=o>\n{"k": [1]}\n</parameter>\n</function>\n'
+            '</tool_call>'),
+        (5, 'text <tool_call>\n<function=f>\n<parameter=b>\ntrue\n</parameter>\n<parameter=n>\n-1.5\n'
+            '</parameter>\n<parameter=x>\n[1, 2]\n</parameter>\n</function>\n</tool_call>'
+            '<tool_call>\n<function=f>\n</function>\n</tool_call>'),
+        (6, '<|channel|>analysis<|message|>think<|end|><|start|>assistant<|channel|>commentary '
+            'to=functions.f <|constrain|>json<|message|>{"s": "x", "i": 2}<|call|>'),
+        (6, '<|start|>assistant to=functions.f<|channel|>commentary json<|message|>{"b": false}'
+            '<|call|><|channel|>final<|message|>done<|return|>'),
     ]
     for i, (fmt, text) in enumerate(outs):
         put(root, "tool_calls", f"seed-{i}.txt", bytes([fmt, 2 * 7 + (i % 2)]) + text.encode())
