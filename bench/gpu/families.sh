@@ -5,6 +5,8 @@
 # JSON lines land in $W/families.jsonl (and $OUT/families.jsonl), then a table.
 #   bench/gpu/families.sh make        make the checkpoints into $W/mlx (skips those present)
 #   bench/gpu/families.sh run         the benchmark
+#   bench/gpu/families.sh all         per model: make, run, delete (disk holds one at a time; the
+#                                     nine take ~47 GB)
 # Environment: MODELS (default all of family_models.py), W (default /tmp/gpubench), TRIALS
 # (default 2), WORKLOADS (default 16:128,512:1: decode of 128 tokens after a 16-token prompt,
 # prefill of 512), STEP_TIMEOUT (default 300 s a runtime and model), TIERS (lmx flags per row,
@@ -32,9 +34,12 @@ emit() { tee -a "$res" ${OUT:+"$OUT/families.jsonl"}; }
 case "${1:-}" in
   make)
     python3 "$here/family_models.py" "$W/mlx" --models "$MODELS" ;;
-  run)
+  run | all)
     for m in ${MODELS//,/ }; do
       d="$W/mlx/$m-4bit-g64"
+      if [[ $1 == all ]]; then
+        python3 "$here/family_models.py" "$W/mlx" --models "$m" 2>&1 | grep -v '^\[INFO' >&2
+      fi
       [[ -f "$d/config.json" ]] || { echo "families: missing $d" >&2; continue; }
       for t in $TIERS; do
         flag=(); [[ $t == l1 ]] && flag=(--exact)
@@ -46,6 +51,7 @@ case "${1:-}" in
       echo "== mlx-lm $m" >&2
       timeout "$STEP_TIMEOUT" python3 "$here/mlx_lm_bench.py" "$d" --workloads "$WORKLOADS" \
         -n "$TRIALS" 2>"$W/logs/fam-mlxlm-$m.err" | tag "{\"name\":\"$m\"}" | emit
+      [[ $1 == all ]] && rm -rf "$d"
     done
     WORKLOADS="$WORKLOADS" python3 - "$res" <<'PY'
 import json, os, sys
@@ -71,5 +77,5 @@ for n in names:
     print("| " + " | ".join(cells) + " |")
 PY
     ;;
-  *) echo "usage: bench/gpu/families.sh make|run" >&2; exit 2 ;;
+  *) echo "usage: bench/gpu/families.sh make|run|all" >&2; exit 2 ;;
 esac
