@@ -341,8 +341,12 @@ class NoCache : public KVCacheBase {
   size_t nbytes() const override { return 0; }
 };
 
-// nn.losses.cross_entropy(logits, targets) (reduction none, the CPU path).
+// nn.losses.cross_entropy(logits, targets) (reduction none). On the GPU, as there, MLX's fused
+// kernel: no (B, T, V) intermediates in the forward or the vjp (1.5 GB of Qwen3-0.6B's step at
+// batch 4), float32 accumulation, the result in the logits' dtype. Elsewhere its composed form.
 mx::array cross_entropy(const mx::array& logits, const mx::array& targets) {
+  if (mx::default_device() == mx::Device::gpu && mx::issubdtype(logits.dtype(), mx::floating))
+    return mx::astype(mx::fast::cross_entropy(logits, targets), logits.dtype());
   mx::array l = mx::subtract(logits, mx::stop_gradient(mx::max(logits, -1, true)));
   mx::array score = mx::squeeze(mx::take_along_axis(l, mx::expand_dims(targets, -1), -1), -1);
   return mx::subtract(mx::logsumexp(l, -1), score);
