@@ -510,11 +510,15 @@ std::optional<AffineWeight> widen_mxfp4(const mx::array& w, const mx::array& sca
   // e2m1 nibble (sign, 2 exponent bits, 1 mantissa bit: 0, 0.5, 1, 1.5, 2, 3, 4, 6) -> 2v + 12.
   static constexpr unsigned char kByte[16] = {12, 13, 14, 15, 16, 18, 20, 24,
                                               12, 11, 10, 9,  8,  6,  4,  0};
-  auto q = std::make_shared<std::vector<uint32_t>>(groups * 8);
-  auto s = std::make_shared<std::vector<mx::bfloat16_t>>(groups);
-  auto b = std::make_shared<std::vector<mx::bfloat16_t>>(groups);
+  mx::Shape wshape = w.shape();
+  wshape.back() = w.shape(-1) * 2;
+  AffineWeight out{mx::array(mx::allocator::malloc(groups * 32), wshape, mx::uint32),
+                   mx::array(mx::allocator::malloc(groups * 2), scales.shape(), mx::bfloat16),
+                   mx::array(mx::allocator::malloc(groups * 2), scales.shape(), mx::bfloat16)};
   const auto* src = wc.data<unsigned char>();  // 16 bytes a group: element 2j low nibble of byte j
-  auto* dst = reinterpret_cast<unsigned char*>(q->data());
+  auto* dst = out.w.data<unsigned char>();
+  auto* sd = out.scales.data<mx::bfloat16_t>();
+  auto* bd = out.biases.data<mx::bfloat16_t>();
   parallel_for(static_cast<int>((groups + 4095) / 4096), [&](int t) {
     for (size_t g = 4096 * static_cast<size_t>(t); g < std::min(groups, 4096 * (t + size_t{1}));
          ++g) {
@@ -526,15 +530,11 @@ std::optional<AffineWeight> widen_mxfp4(const mx::array& w, const mx::array& sca
       // Exact: 2^(e - 128) >= 2^-128 is a float32 and bfloat16 subnormal at worst, and 12 times
       // it needs two significant bits.
       const float scale = std::ldexp(1.0f, static_cast<int>(e[g]) - 128);
-      (*s)[g] = static_cast<mx::bfloat16_t>(scale);
-      (*b)[g] = static_cast<mx::bfloat16_t>(-12.0f * scale);
+      sd[g] = static_cast<mx::bfloat16_t>(scale);
+      bd[g] = static_cast<mx::bfloat16_t>(-12.0f * scale);
     }
   });
-  mx::Shape wshape = w.shape();
-  wshape.back() = w.shape(-1) * 2;
-  return AffineWeight{mx::array(q->data(), wshape, mx::uint32, [q](void*) {}),
-                      mx::array(s->data(), scales.shape(), mx::bfloat16, [s](void*) {}),
-                      mx::array(b->data(), scales.shape(), mx::bfloat16, [b](void*) {})};
+  return out;
 }
 
 void prepack(const mx::array& w, const mx::array& scales, const mx::array& biases, int group_size,
