@@ -42,7 +42,9 @@ bool packing();
 void set_packing(bool on);
 // Whether 5- and 6-bit weights take the int8 path as a byte-wide copy (widened_weight): MLX's
 // 5/6-bit packing crosses bytes, which the int8 kernels do not unpack. Off, they take the float32
-// kernel. LMX_CPU_WIDEN=0|1 (unset: 1); set_widening overrides it for the calls that follow.
+// kernel. Also whether a load widens MXFP4 weights (widen_mxfp4) onto the kernels; off, they
+// stay on MLX's ops. LMX_CPU_WIDEN=0|1 (unset: 1); set_widening overrides it for the calls and
+// loads that follow.
 bool widening();
 void set_widening(bool on);
 // The int8 kernel quantized matmuls under `isa` use: "avx512vnni", "avxvnni", "avx2", or "" for
