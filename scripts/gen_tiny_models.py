@@ -568,6 +568,15 @@ ROWS = [
     row("glm4_f32_q4_g64", GLM4, 24, 8, dtype="float32", quant=q(4)),
     row("smollm3_f32_q4_g32", SMOLLM3, 25, 8, dtype="float32", quant=q(4, 32)),
     row("gpt_oss_f32_q4_g64", GPT_OSS, 30, 8, dtype="float32", quant=q(4)),
+    # MXFP4 experts, the rest float (OpenAI's checkpoints), and MXFP4 everywhere but the router
+    # (mlx_lm.convert --q-mode mxfp4): L3 widens them to 8-bit affine at load (kernels/cpu/qmm.h
+    # widen_mxfp4). The second row's random logits hold near-ties (L1's top two 4.5e-5 and 5.8e-5
+    # apart where L3's greedy run leaves it on 2 of 4 prompts), so it has the teacher-forced gates
+    # and the graph test of test_tiers.cpp's TiersMxfp4, not the greedy one.
+    row("gpt_oss_f32_mxfp4_experts", GPT_OSS, 30, 8, dtype="float32",
+        quant=q(4, 32, recipe="experts_only", mode="mxfp4")),
+    row("gpt_oss_f32_mxfp4", GPT_OSS, 30, 8, dtype="float32", quant=q(4, 32, mode="mxfp4"),
+        tiers=False),
     row("qwen3_5_f32_q4_g64", QWEN3_5, 25, 8, dtype="float32", quant=q(4)),
     row("qwen3_5_moe_f32_q4_g64", QWEN3_5_MOE, 33, 8, dtype="float32", quant=q(4)),
     row("gemma4_moe_f32_q4_g64", GEMMA4_MOE, 30, 8, dtype="float32", quant=q(4)),

@@ -66,12 +66,14 @@ mx::array cuda_matmul(const mx::array& x, const mx::array& w, const mx::array& s
 }
 
 mx::array kernel_matmul(const mx::array& x, const mx::array& w, const mx::array& scales,
-                        const mx::array& biases, const QuantSpec& q) {
+                        const mx::array& biases, const QuantSpec& q, bool from_mxfp4 = false) {
   kernels::cpu::QmmOptions opt;
   opt.group_size = q.group_size;
   opt.bits = q.bits;
-  // The result type of stock quantized_matmul with the checkpoint's float32 scales.
+  // The result type of stock quantized_matmul with the checkpoint's float32 scales, or x's for
+  // MXFP4's uint8 ones.
   if (scales.dtype() == mx::float16) opt.out_dtype = mx::promote_types(x.dtype(), mx::float32);
+  if (from_mxfp4) opt.out_dtype = x.dtype();
   return kernels::cpu::quantized_matmul(x, w, scales, biases, opt);
 }
 
@@ -83,6 +85,20 @@ void check_quant(const std::string& path, int in, const QuantSpec& q, const std:
 }
 
 }  // namespace
+
+bool widen_mxfp4_weight(mx::array& weight, std::optional<mx::array>& scales,
+                        std::optional<mx::array>& biases, std::optional<QuantSpec>& quant) {
+  if (!quant || quant->mode != "mxfp4" || quant->bits != 4 || quant->group_size != 32 || !scales ||
+      biases || scales->dtype() != mx::uint8 || !kernels::cpu::widening())
+    return false;
+  std::optional<kernels::cpu::AffineWeight> a = kernels::cpu::widen_mxfp4(weight, *scales);
+  if (!a) return false;
+  weight = a->w;
+  scales = a->scales;
+  biases = a->biases;
+  quant = QuantSpec{.bits = 8, .group_size = 32, .mode = "affine"};
+  return true;
+}
 
 Linear Linear::load(WeightStore& w, const std::string& path, int in, int out, bool has_bias) {
   Linear l;
@@ -103,6 +119,9 @@ Linear Linear::load(WeightStore& w, const std::string& path, int in, int out, bo
   // Before compacting: DoRA dequantizes the checkpoint's scales itself.
   if (w.adapters()) l.adapters = w.adapters()->linear(path, l, in, out);
   if (w.router()) l.routed = {w.router(), w.router()->add_site({path, false, in, out})};
+  // After the adapters: DoRA keeps MLX's MXFP4 arrays, as it keeps float32 scales.
+  if (w.cpu_kernels() && widen_mxfp4_weight(l.weight, l.scales, l.biases, l.quant))
+    l.cpu_kernel = l.from_mxfp4 = true;
   if (l.cpu_kernel) {
     compact_scales(*l.scales, *l.biases);
     kernels::cpu::prepack(l.weight, *l.scales, *l.biases, l.quant->group_size, l.quant->bits);
@@ -124,7 +143,7 @@ bool RoutedSite::active() const { return router && router->applies(site); }
 
 mx::array Linear::base(const mx::array& x) const {
   if (cpu_kernel) {
-    mx::array y = kernel_matmul(x, weight, *scales, *biases, *quant);
+    mx::array y = kernel_matmul(x, weight, *scales, *biases, *quant, from_mxfp4);
     return bias ? mx::add(y, *bias) : y;
   }
   if (cuda_kernel) {

@@ -81,6 +81,7 @@ struct Linear {
   std::optional<QuantSpec> quant;
   bool cpu_kernel = false;   // tier L3: the quantized matmul runs kernels/cpu/qmm.h
   bool cuda_kernel = false;  // tier L3 on CUDA: decode-sized calls run kernels/cuda/qmm.h
+  bool from_mxfp4 = false;   // tier L3: an MXFP4 weight held widened (widen_mxfp4_weight)
   std::vector<std::shared_ptr<const LinearAdapter>> adapters;
   RoutedSite routed;
   std::optional<AllReduce> all_reduce;  // tensor parallel, sharded-to-all (nn/shard.h)
@@ -91,6 +92,14 @@ struct Linear {
  private:
   mx::array base(const mx::array& x) const;
 };
+
+// Tier L3 on the CPU for an MXFP4 weight (mode "mxfp4", 4 bits, group 32, uint8 scales, no
+// biases): its 8-bit affine copy (kernels/cpu/qmm.h widen_mxfp4) replaces the weight, scales,
+// biases and spec, so that every reader of the layer sees one layout; its matmuls then give x's
+// dtype, as MLX's mxfp4 ones do. False, nothing changed, for other layouts, under
+// LMX_CPU_WIDEN=0, and where widen_mxfp4 leaves the weight on MLX's ops.
+bool widen_mxfp4_weight(mx::array& weight, std::optional<mx::array>& scales,
+                        std::optional<mx::array>& biases, std::optional<QuantSpec>& quant);
 
 // nn.Embedding or nn.QuantizedEmbedding; as_linear is the tied LM head.
 struct Embedding {

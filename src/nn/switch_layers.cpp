@@ -6,10 +6,11 @@ namespace lmx::nn {
 
 namespace {
 
-kernels::cpu::QmmOptions kernel_options(const QuantSpec& q) {
+kernels::cpu::QmmOptions kernel_options(const QuantSpec& q, const mx::array& x, bool from_mxfp4) {
   kernels::cpu::QmmOptions opt;
   opt.group_size = q.group_size;
   opt.bits = q.bits;
+  if (from_mxfp4) opt.out_dtype = x.dtype();  // as MLX's gather_qmm with uint8 scales
   return opt;
 }
 
@@ -25,7 +26,10 @@ SwitchLinear SwitchLinear::load(WeightStore& w, const std::string& path, int in,
     l.scales = w.take(path + ".scales", {experts, out, groups});
     l.biases = w.take_optional(path + ".biases", {experts, out, groups});
     // Tier L3 as for a Linear (nn/layers.cpp): the store asks for it and the kernels handle the
-    // layout (MXFP4 experts stay on gather_qmm).
+    // layout; MXFP4 experts as their 8-bit affine copy.
+    if (w.cpu_kernels() && kernels::cpu::moe_experts() &&
+        widen_mxfp4_weight(l.weight, l.scales, l.biases, l.quant))
+      l.from_mxfp4 = true;
     l.cpu_kernel = w.cpu_kernels() && kernels::cpu::moe_experts() && l.biases &&
                    kernels::cpu::supports(l.quant->bits, l.quant->group_size, l.quant->mode,
                                           l.scales->dtype());
@@ -51,13 +55,14 @@ SwitchLinear SwitchLinear::load(WeightStore& w, const std::string& path, int in,
 
 mx::array SwitchLinear::operator()(const mx::array& x, const mx::array& indices,
                                    bool sorted_indices) const {
-  mx::array y = cpu_kernel ? kernels::cpu::gather_quantized_matmul(x, weight, *scales, *biases,
-                                                                   indices, kernel_options(*quant))
-                : quant    ? mx::gather_qmm(x, weight, *scales, biases, std::nullopt, indices,
-                                            /*transpose=*/true, quant->group_size, quant->bits,
-                                            quant->mode, std::nullopt, sorted_indices)
-                           : mx::gather_mm(x, mx::swapaxes(weight, -1, -2), std::nullopt, indices,
-                                           sorted_indices);
+  mx::array y =
+      cpu_kernel ? kernels::cpu::gather_quantized_matmul(x, weight, *scales, *biases, indices,
+                                                         kernel_options(*quant, x, from_mxfp4))
+      : quant
+          ? mx::gather_qmm(x, weight, *scales, biases, std::nullopt, indices,
+                           /*transpose=*/true, quant->group_size, quant->bits, quant->mode,
+                           std::nullopt, sorted_indices)
+          : mx::gather_mm(x, mx::swapaxes(weight, -1, -2), std::nullopt, indices, sorted_indices);
   if (bias) y = mx::add(y, mx::expand_dims(mx::take(*bias, indices, 0), -2));
   for (const auto& a : adapters) y = (*a)(x, indices, sorted_indices, y);
   return y;

@@ -17,6 +17,7 @@ struct SwitchLinear {
   std::optional<mx::array> scales, biases, bias;
   std::optional<QuantSpec> quant;
   bool cpu_kernel = false;  // tier L3: the experts run kernels/cpu/gather_qmm.h
+  bool from_mxfp4 = false;  // tier L3: MXFP4 experts held widened (nn/layers.h widen_mxfp4_weight)
   std::vector<std::shared_ptr<const SwitchAdapter>> adapters;
 
   static SwitchLinear load(WeightStore& w, const std::string& path, int in, int out, int experts,

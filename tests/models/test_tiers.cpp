@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
+#include <regex>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -110,33 +111,80 @@ TEST_P(Tiers, FastTierIsDeterministic) {
   EXPECT_EQ(test::greedy(*fast_.model, prompt, 16), test::greedy(*fast_.model, prompt, 16));
 }
 
-// The MoE rows' experts: MLX's GatherQMM at L1, lmx's gather kernel at L3 (affine experts), for
-// one decode token (unsorted pairs) and a 40-token prefill (L * k >= 64: sorted by expert).
+// The graph of one forward of `n` random tokens from a fresh cache, as graphviz text.
+std::string forward_graph(Model& m, int vocab, int n) {
+  Cache cache = m.make_cache();
+  const auto tokens = test::random_tokens(n, vocab, 11);
+  const mx::array chunk(tokens.data(), {1, n}, mx::int32);
+  std::ostringstream dot;
+  mx::export_to_dot(dot, {m(chunk, cache)});
+  return dot.str();
+}
+
+// The MoE rows' experts: MLX's GatherQMM at L1, lmx's gather kernel at L3 (affine experts, and
+// MXFP4 ones through their 8-bit affine copies), for one decode token (unsorted pairs) and a
+// 40-token prefill (L * k >= 64: sorted by expert).
 TEST(TiersMoe, ExpertsRunOnTheKernelAtL3) {
   for (const char* row : {"qwen3_moe_f32_q4_g32", "gpt_oss_f32_q4_g64", "qwen3_next_f32_q4_g64",
-                          "qwen3_5_moe_f32_q4_g64", "gemma4_moe_f32_q4_g64"}) {
+                          "qwen3_5_moe_f32_q4_g64", "gemma4_moe_f32_q4_g64",
+                          "gpt_oss_f32_mxfp4_experts", "gpt_oss_f32_mxfp4"}) {
     const fs::path dir = test::data_path(std::string("parity/") + row);
     ASSERT_TRUE(fs::is_directory(dir)) << row;
     LoadedWeights exact = load_model(dir, {.exact = true});
     LoadedWeights fast = load_model(dir);
     ASSERT_TRUE(fast.cpu_kernels) << row;
     const int vocab = exact.info.config.at("vocab_size").get<int>();
-    auto graph = [&](Model& m, int n) {
-      Cache cache = m.make_cache();
-      const auto tokens = test::random_tokens(n, vocab, 11);
-      const mx::array chunk(tokens.data(), {1, n}, mx::int32);
-      std::ostringstream dot;
-      mx::export_to_dot(dot, {m(chunk, cache)});
-      return dot.str();
-    };
     for (int n : {1, 40}) {
-      const std::string l1 = graph(*exact.model, n), l3 = graph(*fast.model, n);
+      const std::string l1 = forward_graph(*exact.model, vocab, n),
+                        l3 = forward_graph(*fast.model, vocab, n);
       EXPECT_NE(l1.find("GatherQMM"), std::string::npos) << row << ", " << n << " tokens";
       EXPECT_EQ(l1.find("LmxGatherQuantizedMatmul"), std::string::npos) << row;
       EXPECT_EQ(l3.find("GatherQMM"), std::string::npos) << row << ", " << n << " tokens";
       EXPECT_NE(l3.find("LmxGatherQuantizedMatmul"), std::string::npos)
           << row << ", " << n << " tokens";
     }
+  }
+}
+
+// MXFP4 everywhere but the 8-bit affine router (gpt_oss_f32_mxfp4, out of the Tiers rows for its
+// near-tied greedy runs): at L3 the Linears and the experts run lmx's kernels on their widened
+// copies, MLX's QuantizedMatmul and GatherQMM gone from the graph (L1 holds both), LMX_CPU_WIDEN
+// off at load keeps them on MLX's ops, and the teacher-forced gates hold over the whole sequence
+// and in decode steps.
+TEST(TiersMxfp4, LinearsAndExpertsRunTheKernelsAtL3) {
+  const fs::path dir = test::data_path("parity/gpt_oss_f32_mxfp4");
+  ASSERT_TRUE(fs::is_directory(dir));
+  LoadedWeights exact = load_model(dir, {.exact = true});
+  LoadedWeights fast = load_model(dir);
+  ASSERT_TRUE(fast.cpu_kernels);
+  kernels::cpu::set_widening(false);
+  LoadedWeights unwidened = load_model(dir);
+  kernels::cpu::set_widening(true);
+  const int vocab = exact.info.config.at("vocab_size").get<int>();
+  // MLX's own quantized matmul, not lmx's LmxQuantizedMatmul / LmxGatherQuantizedMatmul.
+  const std::regex mlx_qmm("\\bQuantizedMatmul");
+  for (int n : {1, 40}) {
+    const std::string l1 = forward_graph(*exact.model, vocab, n),
+                      l3 = forward_graph(*fast.model, vocab, n),
+                      off = forward_graph(*unwidened.model, vocab, n);
+    EXPECT_TRUE(std::regex_search(l1, mlx_qmm)) << n << " tokens";
+    EXPECT_NE(l1.find("GatherQMM"), std::string::npos) << n << " tokens";
+    EXPECT_FALSE(std::regex_search(l3, mlx_qmm)) << n << " tokens";
+    EXPECT_EQ(l3.find("GatherQMM"), std::string::npos) << n << " tokens";
+    EXPECT_NE(l3.find("LmxQuantizedMatmul"), std::string::npos) << n << " tokens";
+    EXPECT_NE(l3.find("LmxGatherQuantizedMatmul"), std::string::npos) << n << " tokens";
+    EXPECT_TRUE(std::regex_search(off, mlx_qmm)) << n << " tokens";
+    EXPECT_NE(off.find("GatherQMM"), std::string::npos) << n << " tokens";
+  }
+  const auto tokens = test::random_tokens(512, vocab, 29);
+  for (bool steps : {false, true}) {
+    const auto r = steps ? test::compare_teacher_forced_steps(*exact.model, *fast.model, tokens,
+                                                              kernels::cpu::kInt8MaxRows)
+                         : test::compare_teacher_forced(*exact.model, *fast.model, tokens);
+    EXPECT_GT(r.max_abs_diff, 0) << "steps " << steps;
+    EXPECT_LE(r.mean_kl, 1e-3) << "steps " << steps;
+    EXPECT_GE(r.top1_agree, 0.98) << "steps " << steps;
+    RecordProperty(steps ? "mean_kl_steps" : "mean_kl", std::to_string(r.mean_kl));
   }
 }
 

@@ -231,6 +231,47 @@ TEST(GatherQmm, FiveAndSixBitExpertsTakeTheWidenedInt8Path) {
   }
 }
 
+// MXFP4 experts (mode "mxfp4") through their 8-bit affine copies (widen_mxfp4), K 128 and
+// gpt-oss's 2880 (90 groups): bit for bit against mx::gather_qmm on the float kernel where the
+// math is exact (integer x in [-4, 4], scales 2^-3 .. 2^3: every product and partial sum, at
+// most 2880 x 6 x 8 x 4 < 2^20 in steps of 2^-4, is a float32), in x's dtype as MLX's; on the
+// int8 path (normal x) within the RMS bound above and unlike the float kernel's result.
+TEST(GatherQmm, Mxfp4ExpertsMatchMlxGatherQmm) {
+  const int N = 24;
+  for (int K : {128, 2880}) {
+    const mx::array w = mx::random::bits({kExperts, N, K / 8}, 4, mx::random::key(80));
+    const mx::array scales = mx::astype(
+        mx::random::randint(124, 131, {kExperts, N, K / 32}, mx::int32, mx::random::key(81)),
+        mx::uint8);
+    const auto a = kc::widen_mxfp4(w, scales);
+    ASSERT_TRUE(a.has_value());
+    for (const Call& c : calls(K, 90)) {
+      const std::string where = c.name + ", K " + std::to_string(K);
+      auto run = [&](const mx::array& x, kc::Int8Mode mode) {
+        kc::QmmOptions o = options(32, 8, mode);
+        o.out_dtype = x.dtype();
+        return kc::gather_quantized_matmul(x, a->w, a->scales, a->biases, c.indices, o);
+      };
+      auto mlx = [&](const mx::array& x) {
+        return mx::gather_qmm(x, w, scales, std::nullopt, std::nullopt, c.indices, true, 32, 4,
+                              "mxfp4");
+      };
+      const mx::array xi = mx::clip(mx::round(mx::multiply(c.x, mx::array(2.0f))), mx::array(-4.0f),
+                                    mx::array(4.0f));
+      const mx::array got = run(xi, kc::Int8Mode::off), want = mlx(xi);
+      ASSERT_EQ(got.shape(), want.shape()) << where;
+      EXPECT_TRUE(mx::array_equal(got, want).item<bool>())
+          << where << ": max diff " << mx::max(mx::abs(mx::subtract(got, want))).item<float>();
+      const mx::array xb = mx::astype(xi, mx::bfloat16);
+      EXPECT_EQ(run(xb, kc::Int8Mode::off).dtype(), mlx(xb).dtype()) << where;
+      if (kc::int8_max_bits(kc::active_isa()) < 8) continue;
+      const mx::array got8 = run(c.x, kc::Int8Mode::all);
+      EXPECT_LE(rms_ratio(got8, mlx(c.x)), 1.0 / 8192) << where;
+      EXPECT_FALSE(mx::array_equal(got8, run(c.x, kc::Int8Mode::off)).item<bool>()) << where;
+    }
+  }
+}
+
 TEST(GatherQmm, ExpertIdsOutsideTheWeightGiveZeros) {
   Experts q = quantize_experts(16, 128, 64, 4, mx::float32, 5);
   const mx::array x = mx::random::normal({3, 1, 128}, mx::float32, mx::random::key(6));

@@ -478,5 +478,109 @@ TEST(Qmm, BadInputIsAnError) {
                Error);
 }
 
+// MXFP4 weights (MLX's mode "mxfp4") through widen_mxfp4: random e2m1 nibbles, scale bytes in
+// [lo, hi].
+struct Mxfp4 {
+  mx::array w{0}, scales{0};
+};
+
+Mxfp4 random_mxfp4(int N, int K, int lo, int hi, uint64_t seed) {
+  return {
+      mx::random::bits({N, K / 8}, 4, mx::random::key(seed)),
+      mx::astype(mx::random::randint(lo, hi + 1, {N, K / 32}, mx::int32, mx::random::key(seed + 1)),
+                 mx::uint8)};
+}
+
+// The widened weight dequantizes (MLX's 8-bit affine dequantize, float32) to the values of MLX's
+// mxfp4 dequantize for every scale byte it takes, 0 (2^-127, a subnormal) to 251 (MLX's -0 for
+// the nibble 8 becomes +0); its bytes hold 0..24.
+TEST(QmmMxfp4, WidenedWeightDequantizesToMlxValues) {
+  const int N = 256, K = 128;
+  Mxfp4 m = random_mxfp4(N, K, 0, 251, 400);
+  // Row n's first group takes the scale byte n % 252: every byte at least once.
+  mx::array first = mx::astype(mx::remainder(mx::arange(N, mx::int32), mx::array(252)), mx::uint8);
+  m.scales =
+      mx::concatenate({mx::reshape(first, {N, 1}), mx::slice(m.scales, {0, 1}, {N, K / 32})}, 1);
+  const auto a = kc::widen_mxfp4(m.w, m.scales);
+  ASSERT_TRUE(a.has_value());
+  EXPECT_EQ(a->w.shape(), (mx::Shape{N, K / 4}));
+  EXPECT_EQ(a->w.dtype(), mx::uint32);
+  for (const mx::array* t : {&a->scales, &a->biases}) {
+    EXPECT_EQ(t->shape(), m.scales.shape());
+    EXPECT_EQ(t->dtype(), mx::bfloat16);
+  }
+  const mx::array want =
+      mx::dequantize(m.w, m.scales, std::nullopt, 32, 4, "mxfp4", std::nullopt, mx::float32);
+  const mx::array got =
+      mx::dequantize(a->w, mx::astype(a->scales, mx::float32), mx::astype(a->biases, mx::float32),
+                     32, 8, "affine", std::nullopt, mx::float32);
+  EXPECT_TRUE(mx::array_equal(got, want).item<bool>());
+  EXPECT_TRUE(
+      mx::all(mx::less_equal(mx::view(a->w, mx::uint8), mx::array(24, mx::uint8))).item<bool>());
+  // The 3-D (experts) shape widens the same, expert by expert.
+  const mx::array w3 = mx::reshape(m.w, {4, N / 4, K / 8});
+  const mx::array s3 = mx::reshape(m.scales, {4, N / 4, K / 32});
+  const auto a3 = kc::widen_mxfp4(w3, s3);
+  ASSERT_TRUE(a3.has_value());
+  EXPECT_EQ(a3->w.shape(), (mx::Shape{4, N / 4, K / 4}));
+  EXPECT_TRUE(mx::array_equal(mx::reshape(a3->w, {N, K / 4}), a->w).item<bool>());
+  EXPECT_TRUE(mx::array_equal(mx::reshape(a3->biases, {N, K / 32}), a->biases).item<bool>());
+}
+
+// Scale bytes of 252 and up (2^125 and up; 255 is e8m0's NaN) leave the weight on MLX's ops; bad
+// shapes and dtypes are errors.
+TEST(QmmMxfp4, LargeScalesAreNotWidenedAndBadInputIsAnError) {
+  const Mxfp4 m = random_mxfp4(8, 64, 100, 140, 410);
+  for (int b : {252, 254, 255}) {
+    const mx::array s =
+        mx::concatenate({mx::full({1, 2}, b, mx::uint8), mx::slice(m.scales, {1, 0}, {8, 2})}, 0);
+    EXPECT_FALSE(kc::widen_mxfp4(m.w, s).has_value()) << b;
+  }
+  EXPECT_TRUE(kc::widen_mxfp4(m.w, m.scales).has_value());
+  EXPECT_THROW(kc::widen_mxfp4(m.w, mx::astype(m.scales, mx::float32)), Error);
+  EXPECT_THROW(kc::widen_mxfp4(m.w, mx::slice(m.scales, {0, 0}, {8, 1})), Error);
+  EXPECT_THROW(kc::widen_mxfp4(mx::flatten(m.w), mx::flatten(m.scales)), Error);
+  EXPECT_THROW(kc::widen_mxfp4(mx::astype(m.w, mx::int32), m.scales), Error);
+}
+
+// Against mx::quantized_matmul(mode "mxfp4"): bit for bit on the float kernel of every ISA where
+// the math is exact (integer x in [-4, 4], scales 2^-3 .. 2^3, K 256: every product and partial
+// sum is a float32, so the summation order cannot matter); on the int8 path (normal x) within
+// the int8 tests' RMS bound, and unlike the float kernel's result.
+TEST(QmmMxfp4, MatchesMlxQuantizedMatmul) {
+  const int N = 67, K = 256;
+  const Mxfp4 m = random_mxfp4(N, K, 124, 130, 420);
+  const auto a = kc::widen_mxfp4(m.w, m.scales);
+  ASSERT_TRUE(a.has_value());
+  uint64_t seed = 430;
+  for (int M : {1, 3, 8, 17}) {
+    const mx::array xi = mx::astype(
+        mx::random::randint(-4, 5, {M, K}, mx::int32, mx::random::key(seed++)), mx::float32);
+    const mx::array want =
+        mx::quantized_matmul(xi, m.w, m.scales, std::nullopt, true, 32, 4, "mxfp4");
+    auto run = [&](const mx::array& x, std::optional<kc::Isa> isa, kc::Int8Mode mode) {
+      return kc::quantized_matmul(
+          x, a->w, a->scales, a->biases,
+          {.group_size = 32, .bits = 8, .isa = isa, .out_dtype = std::nullopt, .int8 = mode});
+    };
+    for (kc::Isa isa : isas()) {
+      const mx::array got = run(xi, isa, kc::Int8Mode::off);
+      ASSERT_EQ(got.dtype(), mx::float32);
+      EXPECT_TRUE(mx::array_equal(got, want).item<bool>())
+          << kc::isa_name(isa) << " M=" << M << ": max diff "
+          << mx::max(mx::abs(mx::subtract(got, want))).item<float>();
+    }
+    if (int8_isas().empty()) continue;
+    const mx::array x = mx::random::normal({M, K}, mx::float32, mx::random::key(seed++));
+    const mx::array ref =
+        mx::quantized_matmul(x, m.w, m.scales, std::nullopt, true, 32, 4, "mxfp4");
+    const mx::array got = run(x, std::nullopt, kc::Int8Mode::all);
+    EXPECT_FALSE(mx::array_equal(got, run(x, std::nullopt, kc::Int8Mode::off)).item<bool>());
+    const float rms_err = std::sqrt(mx::mean(mx::square(mx::subtract(got, ref))).item<float>());
+    const float rms = std::sqrt(mx::mean(mx::square(ref)).item<float>());
+    EXPECT_LE(rms_err, rms / 8192) << "M=" << M;
+  }
+}
+
 }  // namespace
 }  // namespace lmx

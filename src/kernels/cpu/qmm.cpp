@@ -6,10 +6,12 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <iterator>
+#include <memory>
 #include <mutex>
 #include <unordered_map>
 #include <vector>
@@ -487,6 +489,52 @@ QWeight widened_weight(const QWeight& w) {
             std::make_shared<Mapping>(static_cast<size_t>(w.N) * w.K)};
   widen(w, c.data->p);
   return as_8bit(cache.emplace(w.w, std::move(c)).first->second);
+}
+
+std::optional<AffineWeight> widen_mxfp4(const mx::array& w, const mx::array& scales) {
+  const char* where = "widen_mxfp4";
+  check(w.dtype() == mx::uint32 && scales.dtype() == mx::uint8, where,
+        "expected a uint32 weight and uint8 scales, got ", w.dtype(), " and ", scales.dtype());
+  check(w.ndim() >= 2 && scales.ndim() == w.ndim(), where,
+        "expected w (..., N, K / 8) and scales (..., N, K / 32), got ", w.ndim(), " and ",
+        scales.ndim(), " dims");
+  mx::Shape want = w.shape();
+  want.back() = w.shape(-1) / 4;
+  check(w.shape(-1) % 4 == 0 && scales.shape() == want, where, "scales must be (..., ", w.shape(-2),
+        ", ", w.shape(-1) / 4, ") for a weight of ", w.shape(-1), " words a row");
+  const mx::array wc = mx::contiguous(w), sc = mx::contiguous(scales);
+  mx::eval(wc, sc);
+  const uint8_t* e = sc.data<uint8_t>();
+  const size_t groups = sc.size();
+  if (std::any_of(e, e + groups, [](uint8_t b) { return b > 251; })) return std::nullopt;
+  // e2m1 nibble (sign, 2 exponent bits, 1 mantissa bit: 0, 0.5, 1, 1.5, 2, 3, 4, 6) -> 2v + 12.
+  static constexpr unsigned char kByte[16] = {12, 13, 14, 15, 16, 18, 20, 24,
+                                              12, 11, 10, 9,  8,  6,  4,  0};
+  mx::Shape wshape = w.shape();
+  wshape.back() = w.shape(-1) * 2;
+  AffineWeight out{mx::array(mx::allocator::malloc(groups * 32), wshape, mx::uint32),
+                   mx::array(mx::allocator::malloc(groups * 2), scales.shape(), mx::bfloat16),
+                   mx::array(mx::allocator::malloc(groups * 2), scales.shape(), mx::bfloat16)};
+  const auto* src = wc.data<unsigned char>();  // 16 bytes a group: element 2j low nibble of byte j
+  auto* dst = out.w.data<unsigned char>();
+  auto* sd = out.scales.data<mx::bfloat16_t>();
+  auto* bd = out.biases.data<mx::bfloat16_t>();
+  parallel_for(static_cast<int>((groups + 4095) / 4096), [&](int t) {
+    for (size_t g = 4096 * static_cast<size_t>(t); g < std::min(groups, 4096 * (t + size_t{1}));
+         ++g) {
+      for (int j = 0; j < 16; ++j) {
+        const unsigned char v = src[16 * g + j];
+        dst[32 * g + 2 * j] = kByte[v & 0xF];
+        dst[32 * g + 2 * j + 1] = kByte[v >> 4];
+      }
+      // Exact: 2^(e - 128) >= 2^-128 is a float32 and bfloat16 subnormal at worst, and 12 times
+      // it needs two significant bits.
+      const float scale = std::ldexp(1.0f, static_cast<int>(e[g]) - 128);
+      sd[g] = static_cast<mx::bfloat16_t>(scale);
+      bd[g] = static_cast<mx::bfloat16_t>(-12.0f * scale);
+    }
+  });
+  return out;
 }
 
 void prepack(const mx::array& w, const mx::array& scales, const mx::array& biases, int group_size,

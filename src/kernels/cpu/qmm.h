@@ -42,7 +42,9 @@ bool packing();
 void set_packing(bool on);
 // Whether 5- and 6-bit weights take the int8 path as a byte-wide copy (widened_weight): MLX's
 // 5/6-bit packing crosses bytes, which the int8 kernels do not unpack. Off, they take the float32
-// kernel. LMX_CPU_WIDEN=0|1 (unset: 1); set_widening overrides it for the calls that follow.
+// kernel. Also whether a load widens MXFP4 weights (widen_mxfp4) onto the kernels; off, they
+// stay on MLX's ops. LMX_CPU_WIDEN=0|1 (unset: 1); set_widening overrides it for the calls and
+// loads that follow.
 bool widening();
 void set_widening(bool on);
 // The int8 kernel quantized matmuls under `isa` use: "avx512vnni", "avxvnni", "avx2", or "" for
@@ -76,6 +78,23 @@ mx::array quantized_matmul(const mx::array& x, const mx::array& w, const mx::arr
 mx::array quantized_matmul_reference(const mx::array& x, const mx::array& w,
                                      const mx::array& scales, const mx::array& biases,
                                      int group_size, int bits);
+
+// An MXFP4 weight (MLX's mode "mxfp4": 4-bit e2m1 values, one uint8 e8m0 scale per group of 32,
+// no biases) as the 8-bit affine layout every kernel reads, made once at load. Twice an e2m1
+// value is an integer in -12..12 and half an e8m0 scale is a power of two, so the byte 2v + 12
+// with scale 2^(e - 128) and bias -12 * 2^(e - 128) dequantizes to MLX's value bit for bit. A
+// copy rather than an e2m1 unpack in the kernels: the float, int8 (u8 x s8) and packed kernels of
+// each ISA all take it unchanged. The cost is memory and bandwidth: 1 + 1/8 bytes per weight
+// (bfloat16 scales and biases) where MLX's layout holds 17/32.
+struct AffineWeight {
+  mx::array w, scales, biases;
+};
+// w (..., N, K / 8) uint32, scales (..., N, K / 32) uint8 -> w (..., N, K / 4) uint32 (one byte
+// per value), scales and biases (..., N, K / 32) bfloat16: group size 32, 8 bits. nullopt where a
+// scale byte is above 251 (scales of 2^125 and up, and e8m0's NaN 255: 24 * 2^(e - 128)
+// overflows float32 where MLX's value need not), for such a weight to stay on MLX's ops.
+// Evaluates w and scales; bad shapes or dtypes are errors.
+std::optional<AffineWeight> widen_mxfp4(const mx::array& w, const mx::array& scales);
 
 // Building blocks of the fused kernels (kernels/cpu/fused.cpp), for use inside an eval task.
 struct QWeight {
