@@ -24,8 +24,9 @@ BpeModel::BpeModel(const Node& model) : file_(model.file()) {
   int max_id = -1;
   for (const auto& [token, id_json] : vocab.raw().items()) {
     if (!id_json.is_number_integer() || id_json.get<int64_t>() < 0 ||
-        id_json.get<int64_t>() > INT32_MAX) {
-      vocab.fail("expected a non-negative integer id for \"", token, "\", got ", id_json.dump());
+        id_json.get<int64_t>() > kMaxTokenId) {
+      vocab.fail("expected an integer id in [0, ", kMaxTokenId, "] for \"", token, "\", got ",
+                 id_json.dump());
     }
     int id = int(id_json.get<int64_t>());
     vocab_.insert_or_assign(token, id);

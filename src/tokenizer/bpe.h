@@ -17,6 +17,11 @@
 
 namespace lmx::tok {
 
+// The largest token id a tokenizer.json may use. Tables indexed by id are sized by the largest
+// one, so an id near INT32_MAX would ask for 16 GB; real vocabularies stay under 2^20 (Gemma's
+// 262,144 is among the largest).
+constexpr int64_t kMaxTokenId = (int64_t{1} << 24) - 1;
+
 // Hash/equality allowing string_view lookups in string-keyed maps without allocating.
 struct StringHash {
   using is_transparent = void;

@@ -125,7 +125,8 @@ std::shared_ptr<TokenizerImpl> load_tokenizer_json(const fs::path& path) {
       AddedToken a;
       a.content = t.str("content");
       int64_t id = t.at("id").as_int();
-      if (id < 0 || id > INT32_MAX) t.at("id").fail("expected a non-negative id, got ", id);
+      if (id < 0 || id > kMaxTokenId)
+        t.at("id").fail("expected an id in [0, ", kMaxTokenId, "], got ", id);
       a.id = int(id);
       a.special = t.boolean("special", false);
       a.lstrip = t.boolean("lstrip", false);

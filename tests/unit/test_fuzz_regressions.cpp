@@ -6,12 +6,15 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <tuple>
+#include <vector>
 
 #include "cache/prompt_cache.h"
 #include "chat/chat_template.h"
 #include "core/error.h"
 #include "core/json.h"
 #include "server/tool_calls.h"
+#include "tokenizer/tokenizer.h"
 #include "tokenizer/unicode.h"
 
 namespace {
@@ -133,6 +136,35 @@ TEST(FuzzRegressions, IntegerPowerWithAHugeExponent) {
       EXPECT_NE(std::string(e.what()).find("integer overflow"), std::string::npos) << e.what();
     }
   }
+}
+
+// fuzz_tokenizer: a vocabulary id of 1342177273 (or an added token's) sized the id tables for
+// it: a 10 GB allocation (libFuzzer's out-of-memory at 2 GiB). Ids above 2^24 - 1 are an error
+// naming the field; the largest allowed id still loads.
+TEST(FuzzRegressions, HugeTokenIdIsAnError) {
+  const auto dir = std::filesystem::temp_directory_path() / "lmx_fuzz_regression_tok";
+  std::filesystem::create_directories(dir);
+  const auto load = [&](const std::string& vocab_id, const std::string& added_id) {
+    std::ofstream(dir / "tokenizer.json")
+        << R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": )" << vocab_id
+        << R"(}, "merges": []}, "added_tokens": [{"id": )" << added_id
+        << R"(, "content": "<s>", "special": true}]})";
+    return lmx::Tokenizer::from_file(dir / "tokenizer.json");
+  };
+  for (const auto& [vocab_id, added_id, field] :
+       std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"1342177273", "2", "model.vocab"}, {"1", "2147483647", "added_tokens[0].id"}}) {
+    try {
+      load(vocab_id, added_id);
+      ADD_FAILURE() << "ids " << vocab_id << ", " << added_id << " loaded";
+    } catch (const lmx::Error& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find(field), std::string::npos) << what;
+      EXPECT_NE(what.find("16777215"), std::string::npos) << what;
+    }
+  }
+  EXPECT_EQ(load("1", "16777215").id_to_token(16777215), "<s>");
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
