@@ -1,12 +1,15 @@
 #include "nn/layers.h"
 
 #include <cmath>
+#include <cstdio>
 #include <limits>
+#include <mutex>
 #include <numbers>
 #include <typeinfo>
 
 #include "cache/rows_cache.h"
 #include "core/error.h"
+#include "engine/memory.h"
 #include "kernels/cpu/fused.h"
 #include "kernels/cpu/qmm.h"
 #include "kernels/cuda/qmm.h"
@@ -91,6 +94,21 @@ bool widen_mxfp4_weight(mx::array& weight, std::optional<mx::array>& scales,
   if (!quant || quant->mode != "mxfp4" || quant->bits != 4 || quant->group_size != 32 || !scales ||
       biases || scales->dtype() != mx::uint8 || !kernels::cpu::widening())
     return false;
+  // The copy takes a byte a weight where MXFP4 takes 17/32 (2.1x; gpt-oss-20b's experts 10 ->
+  // 21.5 GB), and the checkpoint's arrays stay until the load ends. Only while MemAvailable keeps
+  // 1 GiB and a tenth of the copy spare: past that the layer stays on MLX's ops (slower, as
+  // before), so a model that fit before this path still loads.
+  const size_t copy = weight.nbytes() * 2 + scales->size() * 4;
+  const size_t avail = available_memory_bytes();
+  if (avail > 0 && copy + copy / 10 + (size_t{1} << 30) > avail) {
+    static std::once_flag said;
+    std::call_once(said, [] {
+      std::fprintf(stderr,
+                   "lmx: memory is short for the byte-wide copy of MXFP4 weights; the rest stay "
+                   "on MLX's kernels (docs/cpu.md)\n");
+    });
+    return false;
+  }
   std::optional<kernels::cpu::AffineWeight> a = kernels::cpu::widen_mxfp4(weight, *scales);
   if (!a) return false;
   weight = a->w;
