@@ -19,12 +19,8 @@ res="$W/results.jsonl"
 mkdir -p "$W/logs"
 # shellcheck disable=SC1091
 . /tmp/lmx/env.sh
-tag() { python3 -c 'import json,sys
-extra = json.loads(sys.argv[1])
-for line in sys.stdin:
-    line = line.strip()
-    if line.startswith("{"):
-        d = json.loads(line); d.update(extra); print(json.dumps(d), flush=True)' "$1"; }
+# shellcheck source=lib.sh
+. "$here/lib.sh"
 emit() { tee -a "$res" ${OUT:+"$OUT/results.jsonl"}; }
 
 bw() {
