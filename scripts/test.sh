@@ -79,7 +79,7 @@ sanitized_ctest() {
   (cd "build-$san" &&
     ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 \
     UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-    TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+    TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$root/tests/tsan.supp \
     ctest --output-on-failure --no-tests=error -j1 "$@")
 }
 if [[ -n "$sanitize" ]]; then
