@@ -20,8 +20,11 @@ cmake -S "$src/tests/install" -B "$tmp/app" -DCMAKE_PREFIX_PATH="$tmp/prefix" \
   -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build "$tmp/app" >/dev/null
 app="$tmp/app/lmx_install_check"
-ldd "$app" | grep -q "$tmp/prefix/lib/liblmx.so" ||
-  { echo "FAIL: the program does not load the installed liblmx.so:"; ldd "$app"; exit 1; }
+# ldd's output is captured first: `ldd | grep -q` under pipefail fails whenever grep's early exit
+# makes ldd die of SIGPIPE (CI failure of stop 35).
+libs="$(ldd "$app")"
+grep -qF "$tmp/prefix/lib/liblmx.so" <<<"$libs" ||
+  { echo "FAIL: the program does not load the installed liblmx.so:"; echo "$libs"; exit 1; }
 prompt="The capital of France is"
 got="$("$app" "$model" "$prompt" 12)"
 want="$("$tmp/prefix/bin/lmx" generate --model "$model" --prompt "$prompt" --max-tokens 12)"
