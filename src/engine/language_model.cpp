@@ -283,6 +283,7 @@ GenerationStats stream_generate(LanguageModel::Impl& impl, Cache& cache,
   nn::RouteGuard route(hold.slot() >= 0 ? impl.router() : nullptr, {hold.slot()});
   const std::vector<int> eos = options.ignore_eos ? std::vector<int>{} : impl.eos;
   auto step = [&](const Step& s) {
+    check_sampled(s.logprobs, s.token);
     if (generated) generated->push_back(s.token);
     text = detok.add(s.token);
     stopped = !on_token(TokenOutput{s.token, text});

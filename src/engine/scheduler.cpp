@@ -401,6 +401,7 @@ void Scheduler::State::deliver_token(Row& r, int token, const mx::array& lp) {
     r.first_token = Clock::now();
     r.stats.prompt_seconds = seconds(r.start, r.first_token);
   }
+  check_sampled(lp, token);
   r.seen.push_back(token);
   const auto& eos = impl.eos;
   if (!r.opt.ignore_eos && std::find(eos.begin(), eos.end(), token) != eos.end())

@@ -1,6 +1,7 @@
 #include "generate/generate.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "cache/kv_config.h"
 #include "cache/quantized_kv_cache.h"
@@ -105,6 +106,23 @@ std::pair<mx::array, mx::array> sample_next(const Model& model, mx::array logits
                            : mx::subtract(logits, mx::logsumexp(logits, -1, /*keepdims=*/true));
   mx::array sampled = sample(logprobs, opt.sampler, key);
   return {sampled, mx::squeeze(logprobs, 0)};
+}
+
+void check_sampled(const mx::array& logprobs, int token) {
+  if (logprobs.ndim() != 1 || token < 0 || token >= logprobs.shape(0)) return;
+  mx::array lp = logprobs;
+  lp.eval();
+  const int64_t at = static_cast<int64_t>(token) * lp.strides()[0];
+  float v = 0;
+  switch (lp.dtype()) {
+    case mx::float32: v = lp.data<float>()[at]; break;
+    case mx::float16: v = static_cast<float>(lp.data<mx::float16_t>()[at]); break;
+    case mx::bfloat16: v = static_cast<float>(lp.data<mx::bfloat16_t>()[at]); break;
+    default: return;
+  }
+  check(std::isfinite(v), "generate", "the model's logits are not finite: token ", token,
+        " was sampled at log-probability ", v, ", expected a finite value (NaN or infinite values ",
+        "in the output)");
 }
 
 std::optional<Step> TokenGenerator::next() {

@@ -73,6 +73,11 @@ std::pair<mx::array, mx::array> sample_next(const Model& model, mx::array logits
                                             std::optional<mx::array>& history,
                                             const std::optional<mx::array>& key = std::nullopt);
 
+// Throws when the sampled token's log-probability is NaN or infinite: the model's logits held
+// NaN or +inf (or everything was masked), and what was sampled means nothing. Reads the evaluated
+// (V,) log-probabilities on the host, so it queues no work behind the step in flight.
+void check_sampled(const mx::array& logprobs, int token);
+
 // mlx-lm's maybe_quantize_kv_cache: with kv_bits set, every cache that has a quantized form and
 // holds >= quantized_kv_start tokens is replaced by it. A layer listed in kv_config is instead
 // quantized at its own bits once its cache holds a token. Sliding-window caches become

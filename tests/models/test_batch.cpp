@@ -5,6 +5,7 @@
 // cancellation, a failing row beside healthy ones, the prompt cache.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <condition_variable>
 #include <filesystem>
 #include <future>
@@ -531,6 +532,44 @@ fs::path negated_adapter(const fs::path& adapter, const std::string& name) {
     if (key.ends_with(".lora_b")) a = mx::negative(a);
   save_safetensors(out / "adapters.safetensors", w, {{"format", "mlx"}});
   return out;
+}
+
+// A row whose logits hold NaN (its adapter's lora_b is NaN) ends with an error naming it, alone:
+// the rows beside it in the batch give their tokens, and the single stream fails the same way.
+TEST(Scheduler, ANonFiniteLogitEndsItsRowAlone) {
+  const std::string row = "llama_lora_last1";
+  const fs::path dir = model_dir(row, "lora");
+  const fs::path a = test::data_path("lora/" + row) / "adapter";
+  const fs::path nan_dir = scratch() / (row + "_nan");
+  fs::remove_all(nan_dir);
+  fs::create_directories(nan_dir);
+  fs::copy_file(a / "adapter_config.json", nan_dir / "adapter_config.json");
+  Weights w = load_safetensors(a / "adapters.safetensors");
+  for (auto& [key, v] : w)
+    if (key.ends_with(".lora_b")) v = mx::multiply(v, mx::array(std::nanf(""), v.dtype()));
+  save_safetensors(nan_dir / "adapters.safetensors", w, {{"format", "mlx"}});
+  LanguageModel base = LanguageModel::load(dir, {.exact = true});
+  base.load_adapter("nan", nan_dir);
+  std::vector<Case> cases = make_cases(row_vocab(dir), 8, 4);
+  std::vector<Tokens> want;
+  for (const Case& c : cases) want.push_back(alone(base, c));
+  cases[1].options.adapter = "nan";
+  GenerateOptions opt = cases[1].options;
+  try {
+    base.generate(cases[1].prompt, opt, [](const TokenOutput&) { return true; });
+    ADD_FAILURE() << "generate with NaN logits did not fail";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("not finite"), std::string::npos) << e.what();
+  }
+  Scheduler s(base, {.max_batch = 4, .prompt_cache_entries = 0});
+  const std::vector<Outcome> got = batched(s, cases);
+  EXPECT_EQ(got[1].result.finish_reason, "error");
+  EXPECT_NE(got[1].result.error.find("not finite"), std::string::npos) << got[1].result.error;
+  EXPECT_TRUE(got[1].tokens.ids.empty());
+  for (size_t i : {0, 2, 3}) {
+    EXPECT_EQ(got[i].result.finish_reason, "length") << got[i].result.error;
+    EXPECT_EQ(got[i].tokens, want[i]) << "request " << i;
+  }
 }
 
 class BatchAdapters : public ::testing::TestWithParam<std::string> {};

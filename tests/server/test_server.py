@@ -29,6 +29,9 @@ MODEL = os.path.join(DATA, "smollm2-135m-instruct-4bit")
 # (scripts/gen_embed_fixtures.py).
 EMBED_MODEL = os.path.join(DATA, "embed", "qwen3_embed_bf16")
 MAX = 6  # the model runs ~7 tokens/s on the CI CPU: keep answers short
+# scripts/gen_lora_fixtures.py's SmolLM2 adapter and mlx-lm's text with it; the shared server
+# loads it as "tuned" for requests that ask for it (continuous batching with per-request adapters).
+LORA = os.path.join(DATA, "lora", "smollm2")
 
 
 def free_port():
@@ -125,7 +128,8 @@ class ServeTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.ref = reference()
-        cls.server = Server("--max-tokens", str(MAX))
+        cls.server = Server("--max-tokens", str(MAX), "--adapter",
+                            "tuned=" + os.path.join(LORA, "adapter"))
         cls.oai = openai.OpenAI(base_url=cls.server.url + "/v1", api_key="none")
         cls.claude = anthropic.Anthropic(base_url=cls.server.url, api_key="none")
 
@@ -136,7 +140,7 @@ class ServeTest(unittest.TestCase):
     def test_health_and_models(self):
         self.assertEqual(self.server.request("GET", "/health"), (200, {"status": "ok"}))
         models = self.oai.models.list().data
-        self.assertEqual([m.id for m in models], [MODEL])
+        self.assertEqual([m.id for m in models], [MODEL, "tuned"])
         self.assertEqual(self.oai.models.retrieve(MODEL).id, MODEL)
         with self.assertRaises(openai.NotFoundError):
             self.oai.models.retrieve("no-such-model")
@@ -384,7 +388,7 @@ class ServeTest(unittest.TestCase):
     def test_mixed_concurrent_requests_match_alone(self):
         # 32 requests of every kind at once (continuous batching): stream and not, logprobs,
         # stop strings, response_format (a JSON-schema constraint), tools, seeded sampling,
-        # Anthropic; each gets what it gets when sent alone.
+        # Anthropic, a LoRA adapter; each gets what it gets when sent alone.
         def oai_chat(i, stream, **kw):
             def run():
                 msgs = chat(f"Tell me fact number {i} about the sea.")
@@ -408,6 +412,17 @@ class ServeTest(unittest.TestCase):
             return lambda: self.claude.messages.create(
                 model=MODEL, max_tokens=MAX, messages=chat(f"Name a river, {i}.")).content[0].text
 
+        with open(os.path.join(LORA, "reference.json")) as f:
+            lora = json.load(f)
+
+        def tuned(stream):
+            def run():
+                r = self.oai.completions.create(
+                    model=MODEL, prompt=lora["prompt"], max_tokens=lora["max_tokens"],
+                    temperature=0, stream=stream, extra_body={"adapter": "tuned"})
+                return "".join(c.choices[0].text for c in r) if stream else r.choices[0].text
+            return run
+
         schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
         tools = [{"type": "function", "function": {
             "name": "lookup", "parameters": {"type": "object",
@@ -415,7 +430,7 @@ class ServeTest(unittest.TestCase):
         jobs = []
         for i in range(4):
             jobs += [
-                oai_chat(i, False, temperature=0),
+                oai_chat(i, False, temperature=0) if i < 2 else tuned(i == 3),
                 oai_chat(i, True, temperature=0),
                 oai_chat(i, False, temperature=0, logprobs=True, top_logprobs=2),
                 oai_chat(i, False, temperature=0, stop=[" "]),
@@ -428,6 +443,9 @@ class ServeTest(unittest.TestCase):
             ]
         self.assertEqual(len(jobs), 32)
         alone = [job() for job in jobs]
+        # The adapter's rows give mlx-lm's text with that adapter (not the base model's).
+        self.assertNotEqual(lora["text"], lora["base_text"])
+        self.assertEqual([alone[16], alone[24]], [lora["text"]] * 2)
         with ThreadPoolExecutor(32) as pool:
             together = list(pool.map(lambda job: job(), jobs))
         for i, (a, t) in enumerate(zip(alone, together)):
