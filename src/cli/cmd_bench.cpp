@@ -166,6 +166,7 @@ struct ConcurrencyResult {
   double per_stream_tps = 0;  // mean of each stream's decode rate
   double ttft_p50 = 0, ttft_p99 = 0;
   size_t peak = 0;
+  SpeculativeStats speculative;  // summed over the streams
 };
 
 // n streams submitted at once to a scheduler of n rows: each a random prompt of prompt_tokens
@@ -205,6 +206,9 @@ ConcurrencyResult bench_concurrent(LanguageModel& model, const GenerateOptions& 
     check(res.error.empty(), "lmx bench", "stream ", i, " failed: ", res.error);
     out.per_stream_tps += res.stats.generation_tps() / n;
     out.peak = std::max(out.peak, res.stats.peak_memory);
+    out.speculative.rounds += res.stats.speculative.rounds;
+    out.speculative.drafted += res.stats.speculative.drafted;
+    out.speculative.accepted += res.stats.speculative.accepted;
     ttft.push_back(std::chrono::duration<double>(first[i] - t0).count());
   }
   out.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
@@ -284,9 +288,6 @@ int cmd_bench(const Args& args) {
   }
   if (f.has("concurrency")) {
     check(tp == 1, "lmx bench", "--concurrency runs one process, expected no --tp");
-    check(!opt.speculative(), "lmx bench",
-          "--concurrency runs the scheduler, which does not speculate yet; drop --draft-model / "
-          "--prompt-lookup");
     const int step = f.integer("prefill-step-size", 512);
     check(step > 0, "lmx bench", "--prefill-step-size must be > 0, got ", step);
     for (int n : parse_levels(f.str("concurrency"))) {
@@ -307,6 +308,14 @@ int cmd_bench(const Args& args) {
                   {"ttft_p50_s", r.ttft_p50},
                   {"ttft_p99_s", r.ttft_p99},
                   {"peak_memory_gb", r.peak / 1e9}};
+        if (opt.speculative()) {
+          const SpeculativeStats& s = r.speculative;
+          j["speculative"] = {{"rounds", s.rounds},
+                              {"drafted", s.drafted},
+                              {"accepted", s.accepted},
+                              {"acceptance_rate", s.acceptance_rate()},
+                              {"mean_accepted_length", s.mean_accepted_length()}};
+        }
         std::printf("%s\n", j.dump().c_str());
       } else {
         std::printf(
