@@ -11,13 +11,21 @@ add lmx's counts (drafted, accepted, tokens per target forward) or, for mlx-lm, 
 tokens that came from the draft. `--dry-draft DIR` adds a draft that (almost) never agrees, to
 measure what the back-off leaves of a useless draft's cost.
 
+llama.cpp (`--llama-cpp BIN_DIR --gguf F [--draft-gguf F] [--dry-draft-gguf F]`): llama-completion
+without speculation (its "eval time" rate), llama-lookup (prompt lookup, `--draft-max` as
+--lookup-k) and llama-speculative with each draft (`--draft-max` K), greedy, --ignore-eos, on the
+same rendered prompt; its rate is their "decoded ... speed" line. `--threads T` goes to llama.cpp
+(the CPU), `--ngl` offloads layers (the GPU).
+
 usage: spec_bench.py --model DIR --prompt-file F [--prompt-file F2 ...] [--draft DIR]
                      [--dry-draft DIR] [--lmx build/lmx] [--gen 128] [--rounds 3] [-k 3]
                      [--lookup 3] [--lookup-k 4] [--mlx-lm] [--exact] [--jsonl OUT]
+                     [--llama-cpp DIR --gguf F [--draft-gguf F] [--dry-draft-gguf F]]
        spec_bench.py --truncate DIR N OUT   (a draft: DIR's first N layers, same vocabulary)
 """
 import argparse
 import json
+import re
 import shutil
 import statistics
 import subprocess
@@ -74,6 +82,33 @@ def run_mlx_lm(a, prompt, draft):
     return json.loads(out.strip().splitlines()[-1])
 
 
+def run_llama(a, tool, prompt_file, extra):
+    cmd = [str(Path(a.llama_cpp) / tool), "-m", a.gguf, "-f", prompt_file, "-n", str(a.gen),
+           "--temp", "0", "--ignore-eos", "-c", "4096", *extra]
+    if a.threads:
+        cmd += ["-t", str(a.threads)]
+    if a.ngl is not None:
+        cmd += ["-ngl", str(a.ngl)]
+    if tool == "llama-completion":
+        cmd += ["-no-cnv", "--no-display-prompt"]
+    p = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    log = p.stdout + p.stderr
+    if p.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({p.returncode}):\n{log[-2000:]}")
+    out = {}
+    if tool == "llama-completion":
+        m = re.findall(r"\beval time = .*?/\s*(\d+) runs .*?([\d.]+) tokens per second", log)
+        out["generation_tps"] = float(m[-1][1])
+    else:
+        m = re.findall(r"decoded\s+(\d+) tokens in\s+([\d.]+) seconds, speed:\s+([\d.]+) t/s", log)
+        out["generation_tps"] = float(m[-1][2])
+        d = re.findall(r"n_drafted\s*=\s*(\d+)", log)
+        c = re.findall(r"n_accept\s*=\s*(\d+)", log)
+        if d and c:
+            out["speculative"] = {"drafted": int(d[-1]), "accepted": int(c[-1])}
+    return out
+
+
 def truncate(src, n, out):
     """A same-vocabulary draft for a CPU run: the model's first n layers (real weights)."""
     src, out = Path(src), Path(out)
@@ -119,6 +154,12 @@ def main():
     ap.add_argument("--exact", action="store_true", help="lmx at tier L1")
     ap.add_argument("--raw", action="store_true", help="no chat template")
     ap.add_argument("--jsonl")
+    ap.add_argument("--llama-cpp", help="directory of llama.cpp's binaries")
+    ap.add_argument("--gguf", help="the model as GGUF, for llama.cpp")
+    ap.add_argument("--draft-gguf")
+    ap.add_argument("--dry-draft-gguf")
+    ap.add_argument("--threads", type=int, help="llama.cpp's -t")
+    ap.add_argument("--ngl", type=int, help="llama.cpp's -ngl (and -ngld)")
     a = ap.parse_args()
 
     configs = [("lmx", "none", lambda pf, p: run_lmx(a, pf, []))]
@@ -135,6 +176,21 @@ def main():
             if d:
                 configs.append(("mlx-lm", f"{name} {Path(d).name}, K={a.k}",
                                 lambda pf, p, d=d: run_mlx_lm(a, p, d)))
+
+    if a.llama_cpp:
+        configs.append(("llama.cpp", "none",
+                        lambda pf, p: run_llama(a, "llama-completion", pf, [])))
+        if a.lookup:
+            configs.append(("llama.cpp", f"prompt lookup, K={a.lookup_k}", lambda pf, p: run_llama(
+                a, "llama-lookup", pf, ["--draft-max", str(a.lookup_k)])))
+        for name, d in (("draft", a.draft_gguf), ("dry draft", a.dry_draft_gguf)):
+            if d:
+                ngld = ["-ngld", str(a.ngl)] if a.ngl is not None else []
+                configs.append(("llama.cpp", f"{name} {Path(d).name}, K={a.k}",
+                                lambda pf, p, d=d, ngld=ngld: run_llama(
+                                    a, "llama-speculative", pf,
+                                    ["-md", d, "--draft-max", str(a.k), "--draft-min", "0",
+                                     *ngld])))
 
     log = open(a.jsonl, "a") if a.jsonl else None
     tmp = Path(tempfile.mkdtemp(prefix="spec_bench_"))
@@ -169,8 +225,9 @@ def main():
             last = runs[i][-1]
             if "speculative" in last:
                 s = last["speculative"]
-                cells = [str(s["drafted"]), str(s["accepted"]), f"{s['acceptance_rate']:.1%}",
-                         f"{s['mean_accepted_length']:.2f}"]
+                rate = s["accepted"] / s["drafted"] if s["drafted"] else 0
+                cells = [str(s["drafted"]), str(s["accepted"]), f"{rate:.1%}",
+                         f"{s['mean_accepted_length']:.2f}" if "mean_accepted_length" in s else ""]
             elif "from_draft" in last and proposer != "none":
                 cells = ["", str(last["from_draft"]), f"{last['from_draft'] / last['tokens']:.1%} "
                          "of tokens", ""]

@@ -3,7 +3,8 @@
 # makes the benchmark models. Everything lands in $W (default /tmp/gpubench); each step leaves a
 # marker $W/done.<step> and logs to $W/logs/<step>.log, so a later call waits on the markers.
 #   bench/gpu/prepare.sh llama   llama.cpp (sdist of llama-cpp-python, .gpu/llama-src.tar.xz)
-#                                for sm_90: llama-bench, llama-quantize
+#                                for sm_90: llama-bench, llama-quantize, llama-completion,
+#                                llama-lookup, llama-speculative
 #   bench/gpu/prepare.sh hf      random bf16 checkpoints (bench/gpu/make_models.py, torch)
 #   bench/gpu/prepare.sh gguf    convert_hf_to_gguf.py bf16 -> llama-quantize Q8_0 and Q4_0
 #   bench/gpu/prepare.sh mlx     mlx_lm.convert -q 4-bit group 64 and 32 (needs /tmp/lmx/env.sh)
@@ -29,9 +30,11 @@ step_llama() {
   rm -rf llama.cpp && tar xJf "$root/.gpu/llama-src.tar.xz"
   cd llama.cpp || return 1
   cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON \
-    -DCMAKE_CUDA_ARCHITECTURES=90 -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+    -DCMAKE_CUDA_ARCHITECTURES=90 -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=ON \
     -DLLAMA_BUILD_SERVER=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_CURL=OFF
-  cmake --build build -j"$(nproc)" --target llama-bench llama-quantize
+  # Only these targets build: the speed rows, the GGUF conversions, and the speculative peers.
+  cmake --build build -j"$(nproc)" --target llama-bench llama-quantize llama-completion \
+    llama-lookup llama-speculative
   ls -la build/bin
 }
 
