@@ -22,6 +22,7 @@ usage: spec_bench.py --model DIR --prompt-file F [--prompt-file F2 ...] [--draft
                      [--lookup 3] [--lookup-k 4] [--mlx-lm] [--exact] [--jsonl OUT]
                      [--llama-cpp DIR --gguf F [--draft-gguf F] [--dry-draft-gguf F]]
        spec_bench.py --truncate DIR N OUT   (a draft: DIR's first N layers, same vocabulary)
+       spec_bench.py --truncate-gguf FILE N OUT   (the same for llama.cpp)
 """
 import argparse
 import json
@@ -133,9 +134,34 @@ def truncate(src, n, out):
     (out / "config.json").write_text(json.dumps(cfg, indent=2))
 
 
+def truncate_gguf(src, n, out):
+    """truncate() for a GGUF: blocks 0..n-1, block_count n, everything else as it was."""
+    from gguf import GGUFReader, GGUFValueType, GGUFWriter
+    r = GGUFReader(src)
+    arch = r.fields["general.architecture"].contents()
+    w = GGUFWriter(out, arch)
+    for f in r.fields.values():
+        if f.name.startswith("GGUF.") or f.name == "general.architecture":
+            continue
+        vtype = GGUFValueType(f.types[0])
+        sub = GGUFValueType(f.types[1]) if vtype == GGUFValueType.ARRAY else None
+        val = n if f.name == f"{arch}.block_count" else f.contents()
+        w.add_key_value(f.name, val, vtype, sub)
+    for t in r.tensors:
+        parts = t.name.split(".")
+        if parts[0] == "blk" and int(parts[1]) >= n:
+            continue
+        w.add_tensor(t.name, t.data, raw_shape=t.data.shape, raw_dtype=t.tensor_type)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
 def main():
-    if len(sys.argv) > 1 and sys.argv[1] == "--truncate":
-        truncate(sys.argv[2], int(sys.argv[3]), sys.argv[4])
+    if len(sys.argv) > 1 and sys.argv[1] in ("--truncate", "--truncate-gguf"):
+        fn = truncate if sys.argv[1] == "--truncate" else truncate_gguf
+        fn(sys.argv[2], int(sys.argv[3]), sys.argv[4])
         return
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", required=True)
