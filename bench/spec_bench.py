@@ -12,8 +12,8 @@ tokens that came from the draft. `--dry-draft DIR` adds a draft that (almost) ne
 measure what the back-off leaves of a useless draft's cost.
 
 llama.cpp (`--llama-cpp BIN_DIR --gguf F [--draft-gguf F] [--dry-draft-gguf F]`): llama-completion
-without speculation (its "eval time" rate), llama-lookup (prompt lookup, `--draft-max` as
---lookup-k) and llama-speculative with each draft (`--draft-max` K), greedy, --ignore-eos, on the
+without speculation (its "eval time" rate), llama-lookup (prompt lookup, `--spec-draft-n-max` as
+--lookup-k) and llama-speculative with each draft (`--spec-draft-n-max` K), greedy, --ignore-eos, on the
 same rendered prompt; its rate is their "decoded ... speed" line. `--threads T` goes to llama.cpp
 (the CPU), `--ngl` offloads layers (the GPU).
 
@@ -208,14 +208,14 @@ def main():
                         lambda pf, p: run_llama(a, "llama-completion", pf, [])))
         if a.lookup:
             configs.append(("llama.cpp", f"prompt lookup, K={a.lookup_k}", lambda pf, p: run_llama(
-                a, "llama-lookup", pf, ["--draft-max", str(a.lookup_k)])))
+                a, "llama-lookup", pf, ["--spec-draft-n-max", str(a.lookup_k)])))
         for name, d in (("draft", a.draft_gguf), ("dry draft", a.dry_draft_gguf)):
             if d:
                 ngld = ["-ngld", str(a.ngl)] if a.ngl is not None else []
                 configs.append(("llama.cpp", f"{name} {Path(d).name}, K={a.k}",
                                 lambda pf, p, d=d, ngld=ngld: run_llama(
                                     a, "llama-speculative", pf,
-                                    ["-md", d, "--draft-max", str(a.k), "--draft-min", "0",
+                                    ["-md", d, "--spec-draft-n-max", str(a.k), "--spec-draft-n-min", "0",
                                      *ngld])))
 
     log = open(a.jsonl, "a") if a.jsonl else None
