@@ -385,11 +385,17 @@ void SpeculativeGenerator::round() {
   if (!drafter_.backoff) return;
   if (k > 0 && n == 0) {
     if (++dry_ >= Drafter::kDryRounds) {
-      // Past the longest pause the proposer is dropped for the rest of the stream: a draft model
-      // would otherwise still be fed every token at its next probe.
-      pause_ = next_pause_ > Drafter::kMaxPause ? std::numeric_limits<int>::max() : next_pause_;
+      ++backoffs_;
+      // Past the longest pause, or at a useless model's second back-off, the proposer is dropped
+      // for the rest of the stream: a draft model would otherwise still be fed every token at its
+      // next probe.
+      const SpeculativeStats& st = stats_.speculative;
+      const bool useless = (drafter_.model || drafter_.dflash) && backoffs_ >= 2 &&
+                           st.accepted * Drafter::kUselessRatio < st.drafted;
+      pause_ = useless || next_pause_ > Drafter::kMaxPause ? std::numeric_limits<int>::max()
+                                                           : next_pause_;
       next_pause_ *= 2;
-      dry_ = 0;
+      dry_ = Drafter::kDryRounds - 1;
     }
   } else if (n > 0) {
     dry_ = 0;

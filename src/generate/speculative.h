@@ -22,11 +22,14 @@ struct Drafter {
   const DFlashDrafter* dflash = nullptr;  // made for this target (generate/dflash.h)
   // Back off when proposals stop being accepted: after kDryRounds rounds in a row that kept no
   // proposal, decode plainly for a pause that starts at kFirstPause tokens and doubles with each
-  // further back-off, run as pipelined plain steps; a round that keeps a proposal resets it; past
-  // kMaxPause the stream decodes plainly to its end. Off: every round drafts (mlx-lm's
+  // further back-off, run as pipelined plain steps; after a pause one dry round (the probe) backs
+  // off again; a round that keeps a proposal resets it; past kMaxPause the stream decodes plainly
+  // to its end. A draft model or DFlash drafter that has kept under 1/kUselessRatio of its
+  // proposals by its second back-off is dropped for the stream: each probe costs its drafting and
+  // its catch-up on the paused tokens. Off: every round drafts (mlx-lm's
   // speculative_generate_step, whose acceptance counts the tests compare).
   bool backoff = true;
-  static constexpr int kDryRounds = 2, kFirstPause = 16, kMaxPause = 256;
+  static constexpr int kDryRounds = 2, kFirstPause = 16, kMaxPause = 256, kUselessRatio = 10;
 };
 
 // Up to `k` tokens that followed the latest earlier occurrence of the last n-gram of `tokens`,
@@ -92,6 +95,7 @@ class SpeculativeGenerator {
   int dry_ = 0;                            // back-off: rounds in a row that kept no proposal
   int pause_ = 0;                          // back-off: plain rounds left
   int next_pause_ = Drafter::kFirstPause;  // back-off: the next pause's length
+  int backoffs_ = 0;                       // back-off: pauses begun
   int n_ = 0;
   bool started_ = false;
   GenerationStats stats_;

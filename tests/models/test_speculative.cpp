@@ -215,11 +215,12 @@ TEST(Speculative, BacksOffWhenNothingIsAccepted) {
   // The row is dry: without the back-off nearly every proposal is rejected.
   EXPECT_LT(always.speculative.acceptance_rate(), 0.1);
   EXPECT_GE(always.speculative.drafted, 3 * 150);
-  // Pauses of 16, 32, 64, ... plain tokens after every two dry rounds: at most ~5 back-offs.
+  // Two dry rounds, a pause of 16 plain tokens, one dry probe: the second back-off finds the
+  // draft useless (under 1 in 10 kept) and drops it for the stream.
   std::printf("drafted %d (accepted %d) without the back-off, %d (accepted %d) with it\n",
               always.speculative.drafted, always.speculative.accepted, backed.speculative.drafted,
               backed.speculative.accepted);
-  EXPECT_LE(backed.speculative.drafted, 3 * 2 * 6) << backed.speculative.drafted;
+  EXPECT_LE(backed.speculative.drafted, 3 * 3) << backed.speculative.drafted;
   EXPECT_GT(backed.speculative.drafted, 0);
   EXPECT_EQ(backed.generation_tokens, o.max_tokens);
 
