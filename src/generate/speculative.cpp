@@ -395,7 +395,9 @@ void SpeculativeGenerator::round() {
       pause_ = useless || next_pause_ > Drafter::kMaxPause ? std::numeric_limits<int>::max()
                                                            : next_pause_;
       next_pause_ *= 2;
-      dry_ = Drafter::kDryRounds - 1;
+      // A model's probe after the pause is one round (its drafting and catch-up cost); prompt
+      // lookup's proposals cost nothing to make, so it probes for kDryRounds rounds again.
+      dry_ = drafter_.model || drafter_.dflash ? Drafter::kDryRounds - 1 : 0;
     }
   } else if (n > 0) {
     dry_ = 0;

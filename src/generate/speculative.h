@@ -22,8 +22,8 @@ struct Drafter {
   const DFlashDrafter* dflash = nullptr;  // made for this target (generate/dflash.h)
   // Back off when proposals stop being accepted: after kDryRounds rounds in a row that kept no
   // proposal, decode plainly for a pause that starts at kFirstPause tokens and doubles with each
-  // further back-off, run as pipelined plain steps; after a pause one dry round (the probe) backs
-  // off again; a round that keeps a proposal resets it; past kMaxPause the stream decodes plainly
+  // further back-off, run as pipelined plain steps; after a pause one dry round of a draft model
+  // or DFlash drafter (the probe) backs off again; a round that keeps a proposal resets it; past kMaxPause the stream decodes plainly
   // to its end. A draft model or DFlash drafter that has kept under 1/kUselessRatio of its
   // proposals by its second back-off is dropped for the stream: each probe costs its drafting and
   // its catch-up on the paused tokens. Off: every round drafts (mlx-lm's
