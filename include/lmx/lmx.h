@@ -115,6 +115,7 @@ struct GenerateOptions {
 bool is_dflash_drafter(const std::filesystem::path& dir);
 std::shared_ptr<const DFlashDrafter> load_dflash_drafter(const std::filesystem::path& dir);
 int dflash_block_size(const DFlashDrafter& drafter);
+int dflash_block_size(const std::filesystem::path& dir);  // from config.json, before loading
 
 // Speculative decoding's counts: a round is one verifying forward of the target.
 struct SpeculativeStats {

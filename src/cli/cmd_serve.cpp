@@ -185,7 +185,7 @@ int cmd_serve(const Args& args) {
   o.num_draft_tokens = f.integer("num-draft-tokens", 3);
   // A DFlash drafter fills its whole block unless told otherwise.
   if (o.draft_model && !f.has("num-draft-tokens") && is_dflash_drafter(*o.draft_model))
-    o.num_draft_tokens = read_json_file(*o.draft_model / "config.json").value("block_size", 4) - 1;
+    o.num_draft_tokens = dflash_block_size(*o.draft_model) - 1;
   check(!(f.has("draft-model") && f.has("prompt-lookup")), "serve",
         "--draft-model and --prompt-lookup were both given, expected one");
   check(!f.has("prompt-lookup") || o.prompt_lookup >= 1, "serve",

@@ -15,6 +15,16 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// As the published code (dflash 0.1.0, model_mlx.py): dflash_config's block_size, else the top
+// level's, else 16.
+int block_size_of(const json& c, const std::string& source) {
+  if (c.contains("dflash_config") && c["dflash_config"].is_object()) {
+    JsonView d{c["dflash_config"], source + " dflash_config"};
+    if (d.has("block_size")) return d.get<int>("block_size");
+  }
+  return JsonView{c, source}.get<int>("block_size", 16);
+}
+
 DFlashConfig parse_config(const json& c, const std::string& source) {
   JsonView v{c, source};
   DFlashConfig o;
@@ -26,7 +36,7 @@ DFlashConfig parse_config(const json& c, const std::string& source) {
   o.intermediate_size = v.get<int>("intermediate_size");
   o.vocab_size = v.get<int>("vocab_size");
   o.rms_norm_eps = v.get<float>("rms_norm_eps");
-  o.block_size = v.get<int>("block_size");
+  o.block_size = block_size_of(c, source);
   o.num_target_layers = v.get<int>("num_target_layers");
   check(v.has("dflash_config") && c["dflash_config"].is_object(), source,
         "missing required key 'dflash_config' (an object with target_layer_ids and "
@@ -59,6 +69,16 @@ DFlashConfig parse_config(const json& c, const std::string& source) {
   }
   check(!v.get<bool>("attention_bias", false), source,
         "attention_bias is true, expected false (the Qwen3 drafters have no projection biases)");
+
+  // Keys the published code applies that lmx does not: refused unless at their defaults, since
+  // ignoring them would change the proposals without a word.
+  for (const char* k : {"input_embedding_scale", "output_multiplier"})
+    check(!v.has(k) || v.get<double>(k) == 1.0, source, k, " is ", c[k].dump(),
+          ", expected 1 or absent (lmx's DFlash drafter does not apply it)");
+  check(!v.has("final_logit_softcapping"), source, "final_logit_softcapping is ",
+        c["final_logit_softcapping"].dump(), ", expected absent or null (not applied by lmx)");
+  check(!v.get<bool>("is_causal", false), source,
+        "is_causal is true, expected false (lmx's drafter attends to the whole block)");
 
   o.rope = nn::rope_from_config(v, o.head_dim, v.get_opt<int>("max_position_embeddings"));
   return o;
@@ -196,5 +216,10 @@ std::shared_ptr<const DFlashDrafter> load_dflash_drafter(const fs::path& dir) {
 }
 
 int dflash_block_size(const DFlashDrafter& drafter) { return drafter.config().block_size; }
+
+int dflash_block_size(const fs::path& dir) {
+  const std::string source = (dir / "config.json").string();
+  return block_size_of(read_json_file(dir / "config.json"), source);
+}
 
 }  // namespace lmx

@@ -242,6 +242,19 @@ TEST(DFlash, BadCheckpointsGiveNamedErrors) {
   expect_error(broken_copy(
                    "block", [](json& c) { c["block_size"] = 1; }, keep_w),
                "block_size must be >= 2");
+  // Keys the published code applies and lmx does not: refused unless at their defaults.
+  expect_error(broken_copy(
+                   "scale", [](json& c) { c["input_embedding_scale"] = 2.0; }, keep_w),
+               "input_embedding_scale is 2.0, expected 1 or absent");
+  expect_error(broken_copy(
+                   "mult", [](json& c) { c["output_multiplier"] = 0.5; }, keep_w),
+               "output_multiplier is 0.5, expected 1 or absent");
+  expect_error(broken_copy(
+                   "cap", [](json& c) { c["final_logit_softcapping"] = 30.0; }, keep_w),
+               "final_logit_softcapping is 30.0");
+  expect_error(broken_copy(
+                   "causal", [](json& c) { c["is_causal"] = true; }, keep_w),
+               "is_causal is true");
   expect_error(broken_copy(
                    "sliding",
                    [](json& c) {
@@ -249,6 +262,29 @@ TEST(DFlash, BadCheckpointsGiveNamedErrors) {
                    },
                    keep_w),
                "expected only \"full_attention\"");
+}
+
+// block_size where the published code looks for it: dflash_config's, else the top level's, else
+// 16; default values of the keys lmx refuses load.
+TEST(DFlash, BlockSizeFromDflashConfigOrTopLevelOrSixteen) {
+  auto keep_w = [](Weights&) {};
+  fs::path inner = broken_copy(
+      "inner",
+      [](json& c) {
+        c["dflash_config"]["block_size"] = 5;
+        c["input_embedding_scale"] = 1.0;
+        c["is_causal"] = false;
+        c["final_logit_softcapping"] = nullptr;
+      },
+      keep_w);
+  EXPECT_EQ(DFlashDrafter::load(inner)->config().block_size, 5);
+  EXPECT_EQ(dflash_block_size(inner), 5);
+  fs::path none = broken_copy("none", [](json& c) { c.erase("block_size"); }, keep_w);
+  EXPECT_EQ(DFlashDrafter::load(none)->config().block_size, 16);
+  EXPECT_EQ(dflash_block_size(none), 16);
+  EXPECT_EQ(dflash_block_size(df_dir("random")), 8);
+  fs::remove_all(inner);
+  fs::remove_all(none);
 }
 
 TEST(DFlash, MismatchedTargetAndOptionsAreRefused) {
