@@ -386,18 +386,19 @@ void SpeculativeGenerator::round() {
   if (k > 0 && n == 0) {
     if (++dry_ >= Drafter::kDryRounds) {
       ++backoffs_;
+      const bool model_drafter = drafter_.model || drafter_.dflash;
       // Past the longest pause, or at a useless model's second back-off, the proposer is dropped
       // for the rest of the stream: a draft model would otherwise still be fed every token at its
       // next probe.
       const SpeculativeStats& st = stats_.speculative;
-      const bool useless = (drafter_.model || drafter_.dflash) && backoffs_ >= 2 &&
+      const bool useless = model_drafter && backoffs_ >= 2 &&
                            st.accepted * Drafter::kUselessRatio < st.drafted;
       pause_ = useless || next_pause_ > Drafter::kMaxPause ? std::numeric_limits<int>::max()
                                                            : next_pause_;
       next_pause_ *= 2;
       // A model's probe after the pause is one round (its drafting and catch-up cost); prompt
       // lookup's proposals cost nothing to make, so it probes for kDryRounds rounds again.
-      dry_ = drafter_.model || drafter_.dflash ? Drafter::kDryRounds - 1 : 0;
+      dry_ = model_drafter ? Drafter::kDryRounds - 1 : 0;
     }
   } else if (n > 0) {
     dry_ = 0;

@@ -45,7 +45,7 @@ class BenchConcurrency(unittest.TestCase):
             self.assertGreater(s["accepted"], 0)
             self.assertLessEqual(s["accepted"], s["drafted"])
             self.assertGreater(s["mean_accepted_length"], 1.0)
-        # Three streams draft about three times what one does.
+        # Three streams run more verification rounds than one.
         self.assertGreater(rows[1]["speculative"]["rounds"], rows[0]["speculative"]["rounds"])
 
     def test_prompt_lookup_counts(self):

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <condition_variable>
 #include <filesystem>
+#include <functional>
 #include <future>
 #include <map>
 #include <mutex>
@@ -522,16 +523,22 @@ TEST(Scheduler, SpeculativeRowsBesideBatchedRowsGiveThePlainTokens) {
 // (and none) share one batch, and each row computes exactly what the model loaded with that
 // adapter (LoadOptions::adapter_path) computes alone. The second adapter is the fixture's with
 // lora_b negated.
-fs::path negated_adapter(const fs::path& adapter, const std::string& name) {
+// A copy of `adapter` in scratch()/name with every lora_b replaced by f(lora_b).
+fs::path edited_adapter(const fs::path& adapter, const std::string& name,
+                        const std::function<mx::array(const mx::array&)>& f) {
   const fs::path out = scratch() / name;
   fs::remove_all(out);
   fs::create_directories(out);
   fs::copy_file(adapter / "adapter_config.json", out / "adapter_config.json");
   Weights w = load_safetensors(adapter / "adapters.safetensors");
   for (auto& [key, a] : w)
-    if (key.ends_with(".lora_b")) a = mx::negative(a);
+    if (key.ends_with(".lora_b")) a = f(a);
   save_safetensors(out / "adapters.safetensors", w, {{"format", "mlx"}});
   return out;
+}
+
+fs::path negated_adapter(const fs::path& adapter, const std::string& name) {
+  return edited_adapter(adapter, name, [](const mx::array& a) { return mx::negative(a); });
 }
 
 // A row whose logits hold NaN (its adapter's lora_b is NaN) ends with an error naming it, alone:
@@ -540,14 +547,9 @@ TEST(Scheduler, ANonFiniteLogitEndsItsRowAlone) {
   const std::string row = "llama_lora_last1";
   const fs::path dir = model_dir(row, "lora");
   const fs::path a = test::data_path("lora/" + row) / "adapter";
-  const fs::path nan_dir = scratch() / (row + "_nan");
-  fs::remove_all(nan_dir);
-  fs::create_directories(nan_dir);
-  fs::copy_file(a / "adapter_config.json", nan_dir / "adapter_config.json");
-  Weights w = load_safetensors(a / "adapters.safetensors");
-  for (auto& [key, v] : w)
-    if (key.ends_with(".lora_b")) v = mx::multiply(v, mx::array(std::nanf(""), v.dtype()));
-  save_safetensors(nan_dir / "adapters.safetensors", w, {{"format", "mlx"}});
+  const fs::path nan_dir = edited_adapter(a, row + "_nan", [](const mx::array& v) {
+    return mx::multiply(v, mx::array(std::nanf(""), v.dtype()));
+  });
   LanguageModel base = LanguageModel::load(dir, {.exact = true});
   base.load_adapter("nan", nan_dir);
   std::vector<Case> cases = make_cases(row_vocab(dir), 8, 4);
