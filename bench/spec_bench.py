@@ -23,6 +23,8 @@ usage: spec_bench.py --model DIR --prompt-file F [--prompt-file F2 ...] [--draft
                      [--llama-cpp DIR --gguf F [--draft-gguf F] [--dry-draft-gguf F]]
        spec_bench.py --truncate DIR N OUT   (a draft: DIR's first N layers, same vocabulary)
        spec_bench.py --truncate-gguf FILE N OUT   (the same for llama.cpp)
+       spec_bench.py --scale-tail DIR N EPS OUT   (a target that a draft of DIR's first N layers
+                                                   agrees with: see scale_tail)
 """
 import argparse
 import json
@@ -134,6 +136,32 @@ def truncate(src, n, out):
     (out / "config.json").write_text(json.dumps(cfg, indent=2))
 
 
+def scale_tail(src, n, eps, out):
+    """DIR with the o_proj and down_proj of layers n.. scaled by eps: those layers' residual
+    branches shrink, so the target's logits approach those of its first n layers (`--truncate DIR
+    n`): eps = 0 makes the two agree on every token, larger eps less often. A draft pair with a
+    known cost ratio and a tunable acceptance, for random weights in real shapes (no real pair of
+    one vocabulary is available offline). Quantized layers scale their scales and biases, which
+    scales the dequantized weight exactly."""
+    src, out = Path(src), Path(out)
+    if out.exists():
+        shutil.rmtree(out)
+    shutil.copytree(src, out, ignore=shutil.ignore_patterns("*.safetensors"))
+    import mlx.core as mx
+    for f in sorted(src.glob("*.safetensors")):
+        weights = mx.load(str(f))
+        for k in list(weights):
+            parts = k.split(".")
+            if ("layers" not in parts or len(parts) < 2 or
+                    parts[-2] not in ("o_proj", "down_proj") or
+                    int(parts[parts.index("layers") + 1]) < n):
+                continue
+            if parts[-1] == "weight" and weights[k].dtype == mx.uint32:
+                continue  # packed integers: their scales and biases carry the factor
+            weights[k] = (weights[k] * eps).astype(weights[k].dtype)
+        mx.save_safetensors(str(out / f.name), weights, metadata={"format": "mlx"})
+
+
 def truncate_gguf(src, n, out):
     """truncate() for a GGUF: blocks 0..n-1, block_count n, everything else as it was."""
     from gguf import GGUFReader, GGUFValueType, GGUFWriter
@@ -159,6 +187,9 @@ def truncate_gguf(src, n, out):
 
 
 def main():
+    if len(sys.argv) > 1 and sys.argv[1] == "--scale-tail":
+        scale_tail(sys.argv[2], int(sys.argv[3]), float(sys.argv[4]), sys.argv[5])
+        return
     if len(sys.argv) > 1 and sys.argv[1] in ("--truncate", "--truncate-gguf"):
         fn = truncate if sys.argv[1] == "--truncate" else truncate_gguf
         fn(sys.argv[2], int(sys.argv[3]), sys.argv[4])
