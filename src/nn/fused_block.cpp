@@ -1,8 +1,9 @@
 // Tier L3 of the dense decoder layer: rms_norm + Q/K/V + RoPE and o_proj + residual + rms_norm +
 // SwiGLU MLP + residual each run as one CPU primitive (kernels/cpu/fused.h) with MLX's attention
 // between them; over a plain KV cache the whole layer, attention and cache write included, is a
-// single primitive. Layers with LoRA adapters, biases outside Q/K/V or a RoPE with a frequency
-// table run the op-by-op path.
+// single primitive; batched rows (RowsKVCache) take the two primitives with each row's attention
+// between them. Layers with LoRA adapters, biases outside Q/K/V or a RoPE with a frequency table
+// run the op-by-op path.
 #include "cache/rows_cache.h"
 #include "kernels/cpu/fused.h"
 #include "nn/adapter_router.h"
@@ -36,9 +37,7 @@ std::optional<mx::array> DecoderBlock::fused(const mx::array& x, const Mask& mas
                   fusable(*a.v_proj, true) && fusable(a.o_proj, false) &&
                   fusable(*mlp.gate_proj, false) && fusable(*mlp.up_proj, false) &&
                   fusable(mlp.down_proj, false) && r.base && !r.freqs && !r.dynamic &&
-                  r.mscale == 1.0f && x.ndim() == 3 &&
-                  // The kernels take one position: batched rows (RowsKVCache) run op by op.
-                  !dynamic_cast<const RowsKVCache*>(&cache);
+                  r.mscale == 1.0f && x.ndim() == 3;
   if (!ok) return std::nullopt;
   kernels::cpu::QkvSpec spec{a.opt.n_heads,
                              a.opt.n_kv_heads,
@@ -76,9 +75,17 @@ std::optional<mx::array> DecoderBlock::fused(const mx::array& x, const Mask& mas
     kv->commit(out[1], out[2], L);
     return out[0];
   }
-  auto qkv = kernels::cpu::norm_qkv_rope(x, input_layernorm->weight, qlinear(*a.q_proj),
-                                         qlinear(*a.k_proj), qlinear(*a.v_proj), spec,
-                                         cache.offset(), qk_norm);
+  // Batched rows (continuous batching) each rotate at their own position; their attention runs
+  // per row on the row's cache (the rows kernel over plain caches).
+  std::vector<int> offsets;
+  if (const auto* rows = dynamic_cast<const RowsKVCache*>(&cache)) {
+    for (int b = 0; b < rows->size(); ++b) offsets.push_back(rows->row(b).offset());
+  } else {
+    offsets.push_back(cache.offset());
+  }
+  auto qkv =
+      kernels::cpu::norm_qkv_rope(x, input_layernorm->weight, qlinear(*a.q_proj),
+                                  qlinear(*a.k_proj), qlinear(*a.v_proj), spec, offsets, qk_norm);
   mx::array attn = merge_heads(cached_attention(qkv[0], qkv[1], qkv[2], cache, a.scale, mask));
   return kernels::cpu::out_proj_mlp(x, attn, qlinear(a.o_proj), post_attention_layernorm->weight,
                                     post_attention_layernorm->eps, qlinear(*mlp.gate_proj),

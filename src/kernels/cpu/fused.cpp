@@ -79,36 +79,40 @@ std::vector<float> f32(const mx::array& a) {
   return v;
 }
 
-// cos and sin of theta for positions offset .. offset + L - 1, (L, dims / 2) each.
+// cos and sin of theta for positions offsets[r] .. offsets[r] + L - 1 of each row r, (R * L, dims
+// / 2) each.
 struct RopeTable {
   RopeSpec spec;
-  int offset = -1, L = 0;
+  std::vector<int> offsets;
+  int L = 0;
   std::vector<float> cos, sin;
-  bool same(const RopeSpec& r, int o, int l) const {
-    return offset == o && L == l && spec.dims == r.dims && spec.base == r.base &&
+  bool same(const RopeSpec& r, const std::vector<int>& o, int l) const {
+    return offsets == o && L == l && spec.dims == r.dims && spec.base == r.base &&
            spec.scale == r.scale;
   }
 };
 
 // The table of the calling thread, rebuilt when the positions change: every layer of a step
 // rotates the same positions.
-const RopeTable& rope_table(const RopeSpec& r, int offset, int L) {
+const RopeTable& rope_table(const RopeSpec& r, const std::vector<int>& offsets, int L) {
   thread_local RopeTable t;
-  if (t.same(r, offset, L)) return t;
+  if (t.same(r, offsets, L)) return t;
   const int half = r.dims / 2;
   t.spec = r;
-  t.offset = offset;
+  t.offsets = offsets;
   t.L = L;
-  t.cos.resize(static_cast<size_t>(L) * half);
+  t.cos.resize(offsets.size() * L * half);
   t.sin.resize(t.cos.size());
-  for (int l = 0; l < L; ++l) {
-    const float p = static_cast<float>(offset + l) * r.scale;
-    for (int i = 0; i < half; ++i) {
-      const float theta = p * std::exp(-static_cast<float>(i) * std::log(r.base) / half);
-      t.cos[static_cast<size_t>(l) * half + i] = std::cos(theta);
-      t.sin[static_cast<size_t>(l) * half + i] = std::sin(theta);
+  for (size_t row = 0; row < offsets.size(); ++row)
+    for (int l = 0; l < L; ++l) {
+      const float p = static_cast<float>(offsets[row] + l) * r.scale;
+      const size_t at = (row * L + l) * half;
+      for (int i = 0; i < half; ++i) {
+        const float theta = p * std::exp(-static_cast<float>(i) * std::log(r.base) / half);
+        t.cos[at + i] = std::cos(theta);
+        t.sin[at + i] = std::sin(theta);
+      }
     }
-  }
   return t;
 }
 
@@ -127,14 +131,16 @@ void rope(float* x, const RopeTable& t, int l, const RopeSpec& r) {
 }
 
 // x (M = B * L, D) float32 -> out[0] q (B, n_heads, L, hd), out[1..2] k, v (B, n_kv_heads, L,
-// hd), float32: rms_norm, the projections, the q / k head norms (head_norm, when set), RoPE.
-void qkv_f32(const QkvSpec& spec, int offset, const Layer& q, const Layer& k, const Layer& v,
-             const float* x, const float* norm_w, const float* const* head_norm, int B, int L,
-             int D, Isa isa, Int8Mode int8, std::vector<float>* out) {
+// hd), float32: rms_norm, the projections, the q / k head norms (head_norm, when set), RoPE at
+// positions offsets[b] .. (one offset for every row, or one per row: continuous batching).
+void qkv_f32(const QkvSpec& spec, const std::vector<int>& offsets, const Layer& q, const Layer& k,
+             const Layer& v, const float* x, const float* norm_w, const float* const* head_norm,
+             int B, int L, int D, Isa isa, Int8Mode int8, std::vector<float>* out) {
   const int M = B * L, hd = spec.head_dim;
   std::vector<float> n(static_cast<size_t>(M) * D);
   rms_norm(x, norm_w, M, D, spec.norm_eps, n.data());
-  const RopeTable& table = rope_table(spec.rope, offset, L);
+  const RopeTable& table = rope_table(spec.rope, offsets, L);
+  const int per_row = offsets.size() == 1 ? 0 : L;  // a row's first entry in the table
   const Layer* layers[3] = {&q, &k, &v};
   const int heads[3] = {spec.n_heads, spec.n_kv_heads, spec.n_kv_heads};
   std::vector<float> y[3];
@@ -152,7 +158,7 @@ void qkv_f32(const QkvSpec& spec, int offset, const Layer& q, const Layer& k, co
               y[t].data() + (static_cast<int64_t>(b) * L + l) * N + static_cast<int64_t>(h) * hd;
           std::copy(src, src + hd, dst);
           if (t < 2 && head_norm) rms_norm(dst, head_norm[t], 1, hd, *spec.qk_norm_eps, dst);
-          if (t < 2) rope(dst, table, l, spec.rope);
+          if (t < 2) rope(dst, table, b * per_row + l, spec.rope);
         }
   }
 }
@@ -199,11 +205,11 @@ void clip_f16(std::vector<float>& h) {
 
 class NormQkvRope : public mx::Primitive {
  public:
-  NormQkvRope(mx::Stream s, const QkvSpec& spec, int offset, const QLinear& q, const QLinear& k,
-              const QLinear& v, Isa isa, Int8Mode int8)
+  NormQkvRope(mx::Stream s, const QkvSpec& spec, std::vector<int> offsets, const QLinear& q,
+              const QLinear& k, const QLinear& v, Isa isa, Int8Mode int8)
       : mx::Primitive(s),
         spec_(spec),
-        offset_(offset),
+        offsets_(std::move(offsets)),
         q_(q),
         k_(k),
         v_(v),
@@ -217,7 +223,7 @@ class NormQkvRope : public mx::Primitive {
     Layer q = take(in, i, q_), k = take(in, i, k_), v = take(in, i, v_);
     std::vector<mx::array> ins = weak_copies(in), outs = weak_copies(out);
     // The task may outlive this primitive: it captures values only.
-    enc.dispatch([spec = spec_, offset = offset_, isa = isa_, int8 = int8_, q = std::move(q),
+    enc.dispatch([spec = spec_, offsets = offsets_, isa = isa_, int8 = int8_, q = std::move(q),
                   k = std::move(k), v = std::move(v), ins = std::move(ins),
                   outs = std::move(outs)]() mutable {
       const mx::array& x = ins[0];
@@ -230,7 +236,7 @@ class NormQkvRope : public mx::Primitive {
           head_norm[t] = hn[t].data();
         }
       std::vector<float> y[3];
-      qkv_f32(spec, offset, q, k, v, xf.data(), nw.data(), spec.qk_norm_eps ? head_norm : nullptr,
+      qkv_f32(spec, offsets, q, k, v, xf.data(), nw.data(), spec.qk_norm_eps ? head_norm : nullptr,
               B, L, D, isa, int8, y);
       for (int t = 0; t < 3; ++t) from_f32(y[t].data(), outs[t]);
     });
@@ -243,7 +249,7 @@ class NormQkvRope : public mx::Primitive {
 
  private:
   QkvSpec spec_;
-  int offset_;
+  std::vector<int> offsets_;
   QLinear q_, k_, v_;  // layouts only; the arrays are the inputs
   Isa isa_;
   Int8Mode int8_;
@@ -589,8 +595,8 @@ class DecoderLayerPrim : public mx::Primitive {
           head_norm[t] = hn[t].data();
         }
       std::vector<float> y[3];
-      qkv_f32(qs, offset, q, k, v, h.data(), nw.data(), qs.qk_norm_eps ? head_norm : nullptr, B, L,
-              D, isa, int8, y);
+      qkv_f32(qs, {offset}, q, k, v, h.data(), nw.data(), qs.qk_norm_eps ? head_norm : nullptr, B,
+              L, D, isa, int8, y);
       // The rounding the layer's separate primitives apply to q and to the attention output.
       round_to(x.dtype(), y[0].data(), y[0].size());
       const int pos = slots.pos < 0 ? offset : slots.pos;
@@ -663,8 +669,10 @@ class RowsDecodeAttention : public mx::Primitive {
       for (int b = 0; b < B; ++b) {
         mx::array& kbuf = outs[1 + 2 * b];
         mx::array& vbuf = outs[2 + 2 * b];
-        if (copy[1 + 2 * b]) std::memcpy(kbuf.data<char>(), ins[3 + 2 * b].data<char>(), kbuf.nbytes());
-        if (copy[2 + 2 * b]) std::memcpy(vbuf.data<char>(), ins[4 + 2 * b].data<char>(), vbuf.nbytes());
+        if (copy[1 + 2 * b])
+          std::memcpy(kbuf.data<char>(), ins[3 + 2 * b].data<char>(), kbuf.nbytes());
+        if (copy[2 + 2 * b])
+          std::memcpy(vbuf.data<char>(), ins[4 + 2 * b].data<char>(), vbuf.nbytes());
         float* qb = qf.data() + static_cast<int64_t>(b) * Hq * D;
         for (int h = 0; h < Hq; ++h) head_rows_f32(q, b, h, 1, qb + static_cast<int64_t>(h) * D);
         for (int h = 0; h < Hkv; ++h) {
@@ -704,11 +712,23 @@ std::vector<mx::array> norm_qkv_rope(const mx::array& x, const mx::array& norm_w
                                      const QLinear& q, const QLinear& k, const QLinear& v,
                                      const QkvSpec& spec, int offset,
                                      const std::optional<QkNorm>& qk_norm) {
+  return norm_qkv_rope(x, norm_weight, q, k, v, spec, std::vector<int>{offset}, qk_norm);
+}
+
+std::vector<mx::array> norm_qkv_rope(const mx::array& x, const mx::array& norm_weight,
+                                     const QLinear& q, const QLinear& k, const QLinear& v,
+                                     const QkvSpec& spec, const std::vector<int>& offsets,
+                                     const std::optional<QkNorm>& qk_norm) {
   const char* where = "norm_qkv_rope";
   check(spec.qk_norm_eps.has_value() == qk_norm.has_value(), where,
         "q/k head norms need both the weights and qk_norm_eps");
   check(x.ndim() == 3, where, "expected x (B, L, D), got ", x.ndim(), " dims");
   const int B = x.shape(0), L = x.shape(1), D = x.shape(2), hd = spec.head_dim;
+  check(offsets.size() == 1 || static_cast<int>(offsets.size()) == B, where,
+        "expected one offset "
+        "or one per row (",
+        B, "), got ", offsets.size());
+  for (int o : offsets) check(o >= 0, where, "expected offsets >= 0, got ", o);
   for (const QLinear* l : {&q, &k, &v}) check_linear(*l, D, where);
   check(q.w.shape(0) == spec.n_heads * hd && k.w.shape(0) == spec.n_kv_heads * hd &&
             v.w.shape(0) == spec.n_kv_heads * hd && spec.rope.dims <= hd,
@@ -718,8 +738,8 @@ std::vector<mx::array> norm_qkv_rope(const mx::array& x, const mx::array& norm_w
   for (const QLinear* l : {&q, &k, &v}) push(in, *l);
   if (qk_norm) in.insert(in.end(), {qk_norm->q, qk_norm->k});
   const Isa isa = active_isa();
-  auto prim = std::make_shared<NormQkvRope>(mx::default_stream(mx::Device::cpu), spec, offset, q, k,
-                                            v, isa, int8_mode());
+  auto prim = std::make_shared<NormQkvRope>(mx::default_stream(mx::Device::cpu), spec, offsets, q,
+                                            k, v, isa, int8_mode());
   return mx::array::make_arrays(
       {{B, spec.n_heads, L, hd}, {B, spec.n_kv_heads, L, hd}, {B, spec.n_kv_heads, L, hd}},
       {x.dtype(), x.dtype(), x.dtype()}, prim, in);
@@ -767,8 +787,8 @@ mx::array out_proj_mlp(const mx::array& h, const mx::array& attn, const QLinear&
   }
   for (const QLinear* l : {&o, &gate, &up, &down}) push(in, *l);
   auto prim =
-      std::make_shared<OutProjMlp>(mx::default_stream(mx::Device::cpu), norm_eps, o, gate, up,
-                                   down, act, sandwich.has_value(), active_isa(), int8_mode());
+      std::make_shared<OutProjMlp>(mx::default_stream(mx::Device::cpu), norm_eps, o, gate, up, down,
+                                   act, sandwich.has_value(), active_isa(), int8_mode());
   return mx::array(h.shape(), h.dtype(), prim, in);
 }
 
@@ -847,8 +867,8 @@ std::vector<mx::array> rows_decode_attention(const mx::array& q, const mx::array
   std::vector<mx::Dtype> dtypes = {q.dtype()};
   for (int b = 0; b < B; ++b) {
     for (const mx::array* buf : {&keys[b], &values[b]}) {
-      check(buf->ndim() == 4 && buf->shape(0) == 1 && buf->shape(1) == Hkv &&
-                buf->shape(3) == D && offsets[b] >= 0 && offsets[b] < buf->shape(2) &&
+      check(buf->ndim() == 4 && buf->shape(0) == 1 && buf->shape(1) == Hkv && buf->shape(3) == D &&
+                offsets[b] >= 0 && offsets[b] < buf->shape(2) &&
                 (buf->dtype() == mx::float32 || buf->dtype() == mx::bfloat16 ||
                  buf->dtype() == mx::float16),
             where, "row ", b, ": expected cache buffers (1, ", Hkv, ", > ", offsets[b], ", ", D,

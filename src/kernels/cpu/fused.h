@@ -47,11 +47,18 @@ std::vector<mx::array> norm_qkv_rope(const mx::array& x, const mx::array& norm_w
                                      const QLinear& q, const QLinear& k, const QLinear& v,
                                      const QkvSpec& spec, int offset,
                                      const std::optional<QkNorm>& qk_norm = std::nullopt);
+// The same for batched rows at their own positions: row b rotates at offsets[b] .. (continuous
+// batching; a row computes what it computes alone).
+std::vector<mx::array> norm_qkv_rope(const mx::array& x, const mx::array& norm_weight,
+                                     const QLinear& q, const QLinear& k, const QLinear& v,
+                                     const QkvSpec& spec, const std::vector<int>& offsets,
+                                     const std::optional<QkNorm>& qk_norm = std::nullopt);
 
 // The MLP's gate activation: silu (SwiGLU, llama) or mlx.nn.gelu_approx (GeGLU, gemma).
 enum class Activation { silu, gelu_approx };
 
-// Gemma's sandwich norms around both sublayers' outputs, (D,) each, eps the MLP norm's: h1 = h + rms_norm(o(attn)) * attn_out; out = h1 + rms_norm(mlp(n)) * mlp_out.
+// Gemma's sandwich norms around both sublayers' outputs, (D,) each, eps the MLP norm's: h1 = h +
+// rms_norm(o(attn)) * attn_out; out = h1 + rms_norm(mlp(n)) * mlp_out.
 struct SandwichNorms {
   mx::array attn_out, mlp_out;
 };
