@@ -16,8 +16,15 @@ mx::array RowsKVCache::offsets() const {
   return mx::array(o.data(), {static_cast<int>(o.size())}, mx::int32);
 }
 
-std::pair<mx::array, mx::array> RowsKVCache::update_and_fetch(const mx::array&,
-                                                              const mx::array&) {
+std::vector<int> rope_offsets(const KVCacheBase& cache) {
+  const auto* rows = dynamic_cast<const RowsKVCache*>(&cache);
+  if (!rows) return {cache.offset()};
+  std::vector<int> o;
+  for (int b = 0; b < rows->size(); ++b) o.push_back(rows->row(b).offset());
+  return o;
+}
+
+std::pair<mx::array, mx::array> RowsKVCache::update_and_fetch(const mx::array&, const mx::array&) {
   fail("batch", "a row view has no joint K/V; attention must run per row (nn::cached_attention)");
 }
 

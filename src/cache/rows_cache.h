@@ -40,6 +40,9 @@ class RowsKVCache : public KVCacheBase {
   bool cpu_kernels_;
 };
 
+// The RoPE positions of a forward over `cache`: its offset, or each row's for a row view.
+std::vector<int> rope_offsets(const KVCacheBase& cache);
+
 // The batched view of B rows' caches (each a whole model's Cache): one RowsKVCache per layer.
 Cache rows_view(const std::vector<Cache*>& rows, bool cpu_kernels = false);
 

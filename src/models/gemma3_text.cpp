@@ -162,8 +162,8 @@ struct TransformerBlock {
  private:
   // Tier L3: the layer as one CPU primitive over a plain KVCache (a causal or no mask, or the
   // window's) or a RotatingKVCache of the window (keep 0), as two around MLX's attention over
-  // other caches (quantized); nullopt when a part has no fused form (LoRA adapters, batched rows,
-  // a RoPE frequency table).
+  // other caches (quantized) and batched rows; nullopt when a part has no fused form (LoRA
+  // adapters, a RoPE frequency table).
   std::optional<mx::array> fused(const mx::array& x, const Mask& mask, KVCacheBase& cache,
                                  int window) const {
     namespace cpu = kernels::cpu;
@@ -173,9 +173,7 @@ struct TransformerBlock {
          {&a.q_proj, &a.k_proj, &a.v_proj, &a.o_proj, &mlp.gate_proj, &mlp.up_proj, &mlp.down_proj})
       if (!l->cpu_kernel || !l->adapters.empty() || l->routed.active() || l->bias || l->all_reduce)
         return std::nullopt;
-    if (!r.base || r.freqs || r.dynamic || r.mscale != 1.0f || x.ndim() != 3 ||
-        dynamic_cast<const RowsKVCache*>(&cache))
-      return std::nullopt;
+    if (!r.base || r.freqs || r.dynamic || r.mscale != 1.0f || x.ndim() != 3) return std::nullopt;
     auto q = [](const nn::Linear& l) {
       return cpu::QLinear{l.weight,      *l.scales,   *l.biases, l.quant->group_size,
                           l.quant->bits, std::nullopt};
@@ -224,10 +222,10 @@ struct TransformerBlock {
       ring->ring_commit({out[1], out[2]}, L);
       return out[0];
     }
-    // Other caches (quantized, plain or rotating): the two fused halves around the cache's own
-    // attention, with the mask as given.
-    auto qkv =
-        cpu::norm_qkv_rope(x, w.input_norm, w.q, w.k, w.v, spec.qkv, cache.offset(), w.qk_norm);
+    // Other caches (quantized, plain or rotating) and batched rows (each at its own position):
+    // the two fused halves around the cache's own attention, with the mask as given.
+    auto qkv = cpu::norm_qkv_rope(x, w.input_norm, w.q, w.k, w.v, spec.qkv, rope_offsets(cache),
+                                  w.qk_norm);
     mx::array attn =
         nn::merge_heads(nn::cached_attention(qkv[0], qkv[1], qkv[2], cache, a.scale, mask));
     return cpu::out_proj_mlp(x, attn, w.o, w.post_norm, spec.mlp_norm_eps, w.gate, w.up, w.down,

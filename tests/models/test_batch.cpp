@@ -246,10 +246,11 @@ void expect_within_gate(const std::vector<Outcome>& got, const std::vector<Token
 }
 
 // Tier L3 (the CPU default): alone a row runs the fused layer (one primitive); in a batch the
-// llama-shaped layers run its pieces, norm + Q/K/V + RoPE at each row's own position and
-// out_proj + MLP, with the rows attention kernel between them, the same arithmetic in the same
-// order, so those rows equal their tokens and log-probabilities alone exactly. gemma3's layers
-// run op by op on the L3 matmul kernels in a batch (other rounding): expect_within_gate.
+// layers run its pieces, norm + Q/K/V + RoPE at each row's own position and out_proj + MLP,
+// with the rows attention kernel between them, the same arithmetic in the same order, so llama
+// rows equal their tokens and log-probabilities alone exactly. gemma3's sliding-window layers
+// attend through MLX per row over their rotating caches in a batch (other rounding):
+// expect_within_gate.
 class BatchRowsL3 : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(BatchRowsL3, RowsAgreeWithAloneWithinTheGate) {
@@ -269,27 +270,28 @@ TEST_P(BatchRowsL3, RowsAgreeWithAloneWithinTheGate) {
   }
 }
 
-// The batched decode step of a llama-shaped model at tier L3 holds the fused pieces (one
-// norm + Q/K/V + RoPE primitive per layer, at the rows' own positions), not MLX's RoPE.
+// A batched decode step at tier L3 holds the fused pieces (one norm + Q/K/V + RoPE primitive per
+// layer, at the rows' own positions), not MLX's RoPE.
 TEST(BatchRowsL3Graph, BatchedStepRunsTheFusedPieces) {
-  const fs::path dir = model_dir("llama_f32_q4_g64");
-  LanguageModel model = LanguageModel::load(dir);
-  Model& m = *model.impl().loaded.model;
-  // Two rows at different positions, each on its own cache.
-  Cache a = m.make_cache(), b = m.make_cache();
-  mx::eval(m(mx::array({1, 2, 3}, {1, 3}), a));
-  mx::eval(m(mx::array({4, 5, 6, 7, 8}, {1, 5}), b));
-  std::vector<Cache*> rows = {&a, &b};
-  Cache view = rows_view(rows, m.cpu_kernels());
-  std::ostringstream dot;
-  mx::export_to_dot(dot, {m(mx::array({9, 10}, {2, 1}), view)});
-  const auto count = [text = dot.str()](const std::string& name) {
-    int n = 0;
-    for (size_t at = text.find(name); at != std::string::npos; at = text.find(name, at + 1)) ++n;
-    return n;
-  };
-  EXPECT_EQ(count("LmxNormQkvRope"), m.num_layers()) << dot.str();
-  EXPECT_EQ(count("RoPE"), 0) << "MLX's RoPE in the batched step";
+  for (const char* row : {"llama_f32_q4_g64", "gemma3_text_f32_q4_g64"}) {
+    LanguageModel model = LanguageModel::load(model_dir(row));
+    Model& m = *model.impl().loaded.model;
+    // Two rows at different positions, each on its own cache.
+    Cache a = m.make_cache(), b = m.make_cache();
+    mx::eval(m(mx::array({1, 2, 3}, {1, 3}), a));
+    mx::eval(m(mx::array({4, 5, 6, 7, 8}, {1, 5}), b));
+    std::vector<Cache*> rows = {&a, &b};
+    Cache view = rows_view(rows, m.cpu_kernels());
+    std::ostringstream dot;
+    mx::export_to_dot(dot, {m(mx::array({9, 10}, {2, 1}), view)});
+    const auto count = [text = dot.str()](const std::string& name) {
+      int n = 0;
+      for (size_t at = text.find(name); at != std::string::npos; at = text.find(name, at + 1)) ++n;
+      return n;
+    };
+    EXPECT_EQ(count("LmxNormQkvRope"), m.num_layers()) << row;
+    EXPECT_EQ(count("RoPE"), 0) << row << ": MLX's RoPE in the batched step";
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Rows, BatchRowsL3,
