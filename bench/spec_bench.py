@@ -94,7 +94,7 @@ def run_llama(a, tool, prompt_file, extra):
         cmd += ["-ngl", str(a.ngl)]
     if tool == "llama-completion":
         cmd += ["-no-cnv", "--no-display-prompt"]
-    p = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    p = subprocess.run(cmd, capture_output=True, text=True, errors="replace", stdin=subprocess.DEVNULL)
     log = p.stdout + p.stderr
     if p.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed ({p.returncode}):\n{log[-2000:]}")
