@@ -163,11 +163,6 @@ void qkv_f32(const QkvSpec& spec, const std::vector<int>& offsets, const Layer& 
   }
 }
 
-// mlx.nn.gelu_approx: 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))).
-float gelu_approx(float x) {
-  return 0.5f * x * (1.0f + std::tanh(0.7978845608028654f * (x + 0.044715f * x * x * x)));
-}
-
 // Gemma's sandwich norm weights (float32), or none.
 struct Sandwich {
   const float* attn_out = nullptr;
@@ -187,11 +182,8 @@ void out_mlp_f32(float* h, const float* attn, int M, int D, const float* norm_w,
   rms_norm(h, norm_w, M, D, eps, n.data());
   std::vector<float> gv(static_cast<size_t>(M) * I), uv(gv.size());
   linear({&g, &u}, n.data(), M, {gv.data(), uv.data()}, isa, int8);
-  if (act == Activation::gelu_approx) {
-    for (size_t j = 0; j < gv.size(); ++j) gv[j] = gelu_approx(gv[j]) * uv[j];
-  } else {
-    for (size_t j = 0; j < gv.size(); ++j) gv[j] = gv[j] / (1.0f + std::exp(-gv[j])) * uv[j];
-  }
+  kernels_for(isa).gate_act(gv.data(), uv.data(), static_cast<long>(gv.size()),
+                            act == Activation::gelu_approx);
   linear({&d}, gv.data(), M, {y.data()}, isa, int8);
   if (sw.mlp_out) rms_norm(y.data(), sw.mlp_out, M, D, eps, y.data());
   for (size_t j = 0; j < y.size(); ++j) h[j] += y[j];

@@ -124,10 +124,17 @@ QmmI8Kernel kernels_i8_avx2();        // empty when not built for x86-64
 // max is -inf), summed lane-wise then across lanes: the same order for the same n.
 using MaxExpSumFn = void (*)(const float* x, int n, float* max, float* sum);
 
+// The gated MLP's middle, in place: g[j] = act(g[j]) * u[j] for j < n, act silu (gelu = false:
+// x / (1 + e^-x)) or mlx.nn.gelu_approx (0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))),
+// taken as x / (1 + e^-2y), the same function). Each element's result depends on its values
+// only, not on its position.
+using GateActFn = void (*)(float* g, const float* u, long n, bool gelu);
+
 struct IsaKernels {
   QmmRowsFn qmm_rows = nullptr;
   AttnGroupFn attn_group = nullptr;
   MaxExpSumFn max_exp_sum = nullptr;
+  GateActFn gate_act = nullptr;
 };
 
 IsaKernels kernels_generic();

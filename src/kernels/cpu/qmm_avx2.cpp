@@ -6,7 +6,9 @@
 #include "kernels/cpu/qmm_kernel.h"
 
 namespace lmx::kernels::cpu {
-IsaKernels kernels_avx2() { return {&avx2::qmm_rows, &avx2::attn_group, &avx2::max_exp_sum}; }
+IsaKernels kernels_avx2() {
+  return {&avx2::qmm_rows, &avx2::attn_group, &avx2::max_exp_sum, &avx2::gate_act};
+}
 }  // namespace lmx::kernels::cpu
 #else
 namespace lmx::kernels::cpu {

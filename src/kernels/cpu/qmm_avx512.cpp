@@ -7,7 +7,7 @@
 
 namespace lmx::kernels::cpu {
 IsaKernels kernels_avx512() {
-  return {&avx512::qmm_rows, &avx512::attn_group, &avx512::max_exp_sum};
+  return {&avx512::qmm_rows, &avx512::attn_group, &avx512::max_exp_sum, &avx512::gate_act};
 }
 }  // namespace lmx::kernels::cpu
 #else

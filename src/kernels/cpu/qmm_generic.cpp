@@ -4,6 +4,6 @@
 
 namespace lmx::kernels::cpu {
 IsaKernels kernels_generic() {
-  return {&generic::qmm_rows, &generic::attn_group, &generic::max_exp_sum};
+  return {&generic::qmm_rows, &generic::attn_group, &generic::max_exp_sum, &generic::gate_act};
 }
 }  // namespace lmx::kernels::cpu

@@ -302,6 +302,27 @@ inline vf vexp(vf x) {
   return x < lo ? vf{} : y;
 }
 
+// GateActFn: whole vectors, then the tail through the same lane arithmetic.
+inline vf gate_act_lanes(vf x, vf u, bool gelu) {
+  const vf z = gelu ? (x + x * x * x * 0.044715f) * -1.5957691216057308f : -x;
+  return x / (vexp(z) + 1.0f) * u;
+}
+
+inline void gate_act(float* g, const float* u, long n, bool gelu) {
+  long i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    const vf y = gate_act_lanes(load(g + i), load(u + i), gelu);
+    __builtin_memcpy(g + i, &y, sizeof(vf));
+  }
+  if (i < n) {
+    vf x{}, v{};
+    __builtin_memcpy(&x, g + i, (n - i) * sizeof(float));
+    __builtin_memcpy(&v, u + i, (n - i) * sizeof(float));
+    const vf y = gate_act_lanes(x, v, gelu);
+    __builtin_memcpy(g + i, &y, (n - i) * sizeof(float));
+  }
+}
+
 inline float hmax(vf v) {
   float m = v[0];
   for (int i = 1; i < kLanes; ++i) m = v[i] > m ? v[i] : m;
