@@ -717,9 +717,7 @@ std::vector<mx::array> norm_qkv_rope(const mx::array& x, const mx::array& norm_w
   check(x.ndim() == 3, where, "expected x (B, L, D), got ", x.ndim(), " dims");
   const int B = x.shape(0), L = x.shape(1), D = x.shape(2), hd = spec.head_dim;
   check(offsets.size() == 1 || static_cast<int>(offsets.size()) == B, where,
-        "expected one offset "
-        "or one per row (",
-        B, "), got ", offsets.size());
+        "expected one offset or one per row (", B, "), got ", offsets.size());
   for (int o : offsets) check(o >= 0, where, "expected offsets >= 0, got ", o);
   for (const QLinear* l : {&q, &k, &v}) check_linear(*l, D, where);
   check(q.w.shape(0) == spec.n_heads * hd && k.w.shape(0) == spec.n_kv_heads * hd &&
