@@ -10,9 +10,7 @@ RowsKVCache::RowsKVCache(std::vector<KVCacheBase*> rows, bool cpu_kernels)
 }
 
 mx::array RowsKVCache::offsets() const {
-  std::vector<int> o;
-  o.reserve(rows_.size());
-  for (const auto* r : rows_) o.push_back(r->offset());
+  const std::vector<int> o = rope_offsets(*this);
   return mx::array(o.data(), {static_cast<int>(o.size())}, mx::int32);
 }
 
@@ -20,6 +18,7 @@ std::vector<int> rope_offsets(const KVCacheBase& cache) {
   const auto* rows = dynamic_cast<const RowsKVCache*>(&cache);
   if (!rows) return {cache.offset()};
   std::vector<int> o;
+  o.reserve(rows->size());
   for (int b = 0; b < rows->size(); ++b) o.push_back(rows->row(b).offset());
   return o;
 }

@@ -77,15 +77,9 @@ std::optional<mx::array> DecoderBlock::fused(const mx::array& x, const Mask& mas
   }
   // Batched rows (continuous batching) each rotate at their own position; their attention runs
   // per row on the row's cache (the rows kernel over plain caches).
-  std::vector<int> offsets;
-  if (const auto* rows = dynamic_cast<const RowsKVCache*>(&cache)) {
-    for (int b = 0; b < rows->size(); ++b) offsets.push_back(rows->row(b).offset());
-  } else {
-    offsets.push_back(cache.offset());
-  }
-  auto qkv =
-      kernels::cpu::norm_qkv_rope(x, input_layernorm->weight, qlinear(*a.q_proj),
-                                  qlinear(*a.k_proj), qlinear(*a.v_proj), spec, offsets, qk_norm);
+  auto qkv = kernels::cpu::norm_qkv_rope(x, input_layernorm->weight, qlinear(*a.q_proj),
+                                         qlinear(*a.k_proj), qlinear(*a.v_proj), spec,
+                                         rope_offsets(cache), qk_norm);
   mx::array attn = merge_heads(cached_attention(qkv[0], qkv[1], qkv[2], cache, a.scale, mask));
   return kernels::cpu::out_proj_mlp(x, attn, qlinear(a.o_proj), post_attention_layernorm->weight,
                                     post_attention_layernorm->eps, qlinear(*mlp.gate_proj),

@@ -271,12 +271,11 @@ TEST_P(BatchRowsL3, RowsAgreeWithAloneWithinTheGate) {
 }
 
 // A batched decode step at tier L3 holds the fused pieces (one norm + Q/K/V + RoPE primitive per
-// layer, at the rows' own positions), not MLX's RoPE.
+// layer, at the rows' own positions), not MLX's RoPE: on the CPU MLX's rope is its fallback of
+// ops (Cos, Sin, ...), which the same step at tier L1 shows.
 TEST(BatchRowsL3Graph, BatchedStepRunsTheFusedPieces) {
-  for (const char* row : {"llama_f32_q4_g64", "gemma3_text_f32_q4_g64"}) {
-    LanguageModel model = LanguageModel::load(model_dir(row));
-    Model& m = *model.impl().loaded.model;
-    // Two rows at different positions, each on its own cache.
+  // The graph of one decode step of two rows at different positions, each on its own cache.
+  const auto step_graph = [](Model& m) {
     Cache a = m.make_cache(), b = m.make_cache();
     mx::eval(m(mx::array({1, 2, 3}, {1, 3}), a));
     mx::eval(m(mx::array({4, 5, 6, 7, 8}, {1, 5}), b));
@@ -284,13 +283,23 @@ TEST(BatchRowsL3Graph, BatchedStepRunsTheFusedPieces) {
     Cache view = rows_view(rows, m.cpu_kernels());
     std::ostringstream dot;
     mx::export_to_dot(dot, {m(mx::array({9, 10}, {2, 1}), view)});
-    const auto count = [text = dot.str()](const std::string& name) {
-      int n = 0;
-      for (size_t at = text.find(name); at != std::string::npos; at = text.find(name, at + 1)) ++n;
-      return n;
-    };
-    EXPECT_EQ(count("LmxNormQkvRope"), m.num_layers()) << row;
-    EXPECT_EQ(count("RoPE"), 0) << row << ": MLX's RoPE in the batched step";
+    return dot.str();
+  };
+  const auto count = [](const std::string& text, const std::string& label) {
+    const std::string needle = "label =\"" + label + "\"";
+    int n = 0;
+    for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1))
+      ++n;
+    return n;
+  };
+  for (const char* row : {"llama_f32_q4_g64", "gemma3_text_f32_q4_g64"}) {
+    LanguageModel fast = LanguageModel::load(model_dir(row));
+    LanguageModel exact = LanguageModel::load(model_dir(row), {.exact = true});
+    Model& m = *fast.impl().loaded.model;
+    const std::string l3 = step_graph(m), l1 = step_graph(*exact.impl().loaded.model);
+    EXPECT_EQ(count(l3, "LmxNormQkvRope"), m.num_layers()) << row;
+    EXPECT_GT(count(l1, "Cos"), 0) << row << ": tier L1's batched step rotates through MLX";
+    EXPECT_EQ(count(l3, "Cos"), 0) << row << ": MLX's RoPE in the L3 batched step";
   }
 }
 

@@ -290,14 +290,6 @@ TEST(DecoderLayer, BadCacheBuffersAreErrors) {
   EXPECT_THROW(kc::decoder_layer(x, ints, ints, 0, w, spec), Error);
 }
 
-}  // namespace
-}  // namespace lmx
-
-namespace lmx {
-namespace {
-
-namespace kc = kernels::cpu;
-
 // The gated MLP's activation (kernels' gate_act, used by out_proj_mlp): SiLU and gelu_approx
 // against the formulas in double, on every ISA this CPU has, from deep in either tail (where
 // e^x over- or underflows) to the middle; each element's result independent of its position
