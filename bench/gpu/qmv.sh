@@ -6,8 +6,9 @@
 #   bench/gpu/qmv.sh e2e MODEL     lmx bench per tier in TIERS, then mlx-lm, decode and prefill
 # Environment: STEP_TIMEOUT (seconds a step, default 240), WORKLOADS (default 16:128,512:1),
 # TIERS (default "l3 l1"; l1: --exact, l3: the kernel as an MLX primitive (the default),
-# l3jit: through mx::fast::cuda_kernel (LMX_CUDA_QMV_JIT=1); a tier named twice runs twice and
-# its files get a suffix), TRIALS (default 3).
+# l3jit: through mx::fast::cuda_kernel (LMX_CUDA_QMV_JIT=1), l3nofuse: without the fused decode
+# kernels (LMX_CUDA_FUSED=0, one kernel per projection); a tier named twice runs twice and
+# its files get a suffix), TRIALS (default 3), GGUF (a GGUF of the same weights: llama-bench too).
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 prefix="${LMX_GPU_PREFIX:-/tmp/lmx}"
@@ -45,12 +46,13 @@ case "${1:-}" in
     wl="${WORKLOADS:-16:128,512:1}"
     declare -A seen=()
     for tier in ${TIERS:-l3 l1}; do
-      flag=(); jit=0
+      flag=(); jit=0; fused=1
       [[ $tier == l1 ]] && flag=(--exact)
       [[ $tier == l3jit ]] && jit=1
+      [[ $tier == l3nofuse ]] && fused=0
       seen[$tier]=$((${seen[$tier]:-0} + 1))
       name="$tier"; ((seen[$tier] > 1)) && name="$tier-${seen[$tier]}"
-      timeout "$step" env LMX_CUDA_QMV_JIT=$jit lmx bench --model "$model" --workloads "$wl" \
+      timeout "$step" env LMX_CUDA_QMV_JIT=$jit LMX_CUDA_FUSED=$fused lmx bench --model "$model" --workloads "$wl" \
         --trials "${TRIALS:-3}" "${flag[@]}" >"$out/e2e-lmx-$name.jsonl" 2>"$out/e2e-lmx-$name.err"
       echo "qmv: lmx $name rc=$? after $((SECONDS - t0)) s"
       sed "s/^{/{\"run\": \"$name\", /" "$out/e2e-lmx-$name.jsonl"
@@ -58,6 +60,13 @@ case "${1:-}" in
     timeout "$step" python3 "$here/mlx_lm_bench.py" "$model" --workloads "$wl" -n "${TRIALS:-3}" \
       >"$out/e2e-mlx-lm.jsonl" 2>"$out/e2e-mlx-lm.err"
     echo "qmv: mlx-lm rc=$? after $((SECONDS - t0)) s"
-    cat "$out/e2e-mlx-lm.jsonl" ;;
+    cat "$out/e2e-mlx-lm.jsonl"
+    # GGUF=path: llama.cpp's llama-bench on the same weights' GGUF (bench/gpu/prepare.sh's build).
+    if [[ -n "${GGUF:-}" ]]; then
+      timeout "$step" "${W:-/tmp/gpubench}/llama.cpp/build/bin/llama-bench" -m "$GGUF" -ngl 99 \
+        -p 512 -n 128 -r "${TRIALS:-3}" -o jsonl >"$out/e2e-llama.jsonl" 2>"$out/e2e-llama.err"
+      echo "qmv: llama.cpp rc=$? after $((SECONDS - t0)) s"
+      cat "$out/e2e-llama.jsonl"
+    fi ;;
   *) echo "usage: qmv.sh test | micro [ARGS] | e2e MODEL_DIR" >&2; exit 2 ;;
 esac

@@ -466,6 +466,52 @@ RoPE make_rope(int dims, float base, bool traditional, const json& scaling,
        "', expected one of default, linear, dynamic, llama3, yarn, longrope, proportional");
 }
 
+namespace {
+
+// The layers as kernels/cuda's fused calls take them, with their one layout; nullopt where one
+// is not a plain quantized matmul on lmx's kernel or the kernel does not take x.
+std::optional<std::pair<std::vector<kernels::cuda::QMatrix>, kernels::cuda::QmmOptions>> cuda_plain(
+    const mx::array& x, const std::vector<const Linear*>& ls) {
+  if (!ls[0]->cuda_kernel || !kernels::cuda::fused_routed()) return std::nullopt;
+  std::vector<kernels::cuda::QMatrix> mats;
+  for (const Linear* l : ls) {
+    if (!l->cuda_kernel || l->bias || !l->adapters.empty() || l->routed.active() || l->all_reduce ||
+        l->quant->bits != ls[0]->quant->bits || l->quant->group_size != ls[0]->quant->group_size)
+      return std::nullopt;
+    mats.push_back({l->weight, *l->scales, *l->biases});
+  }
+  const kernels::cuda::QmmOptions opt{.group_size = ls[0]->quant->group_size,
+                                      .bits = ls[0]->quant->bits};
+  if (!kernels::cuda::takes_fused(x, mats, opt)) return std::nullopt;
+  return std::make_pair(std::move(mats), opt);
+}
+
+}  // namespace
+
+std::optional<std::vector<mx::array>> cuda_fused_matmuls(const mx::array& x,
+                                                         const std::vector<const Linear*>& ls) {
+  auto p = cuda_plain(x, ls);
+  if (!p) return std::nullopt;
+  return kernels::cuda::qmv_multi(x, p->first, p->second);
+}
+
+std::optional<mx::array> cuda_fused_add(const mx::array& x, const Linear& l,
+                                        const mx::array& residual) {
+  auto p = cuda_plain(x, {&l});
+  if (!p || residual.dtype() != x.dtype()) return std::nullopt;
+  mx::Shape shape = x.shape();
+  shape.back() = l.weight.shape(0);
+  if (residual.shape() != shape) return std::nullopt;
+  return kernels::cuda::qmv_add(x, p->first[0], residual, p->second);
+}
+
+std::optional<mx::array> cuda_fused_swiglu(const mx::array& x, const Linear& gate,
+                                           const Linear& up) {
+  auto p = cuda_plain(x, {&gate, &up});
+  if (!p || gate.weight.shape(0) != up.weight.shape(0)) return std::nullopt;
+  return kernels::cuda::qmv_swiglu(x, p->first[0], p->first[1], p->second);
+}
+
 mx::array swiglu(const mx::array& gate, const mx::array& x) {
   static auto fn = mx::compile(
       [](const std::vector<mx::array>& in) {

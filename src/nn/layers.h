@@ -169,6 +169,19 @@ RoPE su_scaled_rope(int dims, float base, int max_position_embeddings,
 // mlx-lm activations.swiglu: silu(gate) * x, compiled (shapeless) as mlx-lm does.
 mx::array swiglu(const mx::array& gate, const mx::array& x);
 
+// Tier L3 on CUDA: several layers of one input in one kernel (kernels/cuda/qmm.h), where each is
+// a plain quantized matmul on lmx's kernel (no layer bias, adapter or all-reduce; one layout)
+// and x a decode-sized input; nullopt otherwise, and the caller runs the layers one by one.
+//   cuda_fused_matmuls: (l(x) for l in ls), one to three layers (q, k, v)
+//   cuda_fused_add:     residual + l(x)
+//   cuda_fused_swiglu:  swiglu(gate(x), up(x))
+std::optional<std::vector<mx::array>> cuda_fused_matmuls(const mx::array& x,
+                                                         const std::vector<const Linear*>& ls);
+std::optional<mx::array> cuda_fused_add(const mx::array& x, const Linear& l,
+                                        const mx::array& residual);
+std::optional<mx::array> cuda_fused_swiglu(const mx::array& x, const Linear& gate,
+                                           const Linear& up);
+
 // mlx.nn.gelu (exact erf form) and mlx.nn.gelu_approx (tanh form), compiled (shapeless) as mlx
 // compiles them; the constants are weak scalars (rounded to x's dtype).
 mx::array gelu(const mx::array& x);

@@ -21,14 +21,23 @@ SwiGLUMLP SwiGLUMLP::load(WeightStore& w, const std::string& path, int dims, int
   return m;
 }
 
-mx::array SwiGLUMLP::operator()(const mx::array& x) const {
+mx::array SwiGLUMLP::gated(const mx::array& x) const {
   if (gate_up_proj) {
     auto gate_up = mx::split((*gate_up_proj)(x), 2, -1);
-    return down_proj(swiglu(gate_up[0], gate_up[1]));
+    return swiglu(gate_up[0], gate_up[1]);
   }
+  if (auto y = cuda_fused_swiglu(x, *gate_proj, *up_proj)) return *y;
   // gate before up, as mlx-lm calls them: a training adapter's dropout draws in call order.
   mx::array gate = (*gate_proj)(x);
-  return down_proj(swiglu(gate, (*up_proj)(x)));
+  return swiglu(gate, (*up_proj)(x));
+}
+
+mx::array SwiGLUMLP::operator()(const mx::array& x) const { return down_proj(gated(x)); }
+
+mx::array SwiGLUMLP::add_to(const mx::array& residual, const mx::array& x) const {
+  mx::array h = gated(x);
+  if (auto y = cuda_fused_add(h, down_proj, residual)) return *y;
+  return mx::add(residual, down_proj(h));
 }
 
 Attention::Attention(const AttentionOptions& o, WeightStore& w, const std::string& p)
@@ -51,12 +60,14 @@ Attention::Attention(const AttentionOptions& o, WeightStore& w, const std::strin
   }
 }
 
-mx::array Attention::operator()(const mx::array& x, const Mask& mask, KVCacheBase& cache) const {
+mx::array Attention::attend(const mx::array& x, const Mask& mask, KVCacheBase& cache) const {
   const int B = x.shape(0), L = x.shape(1);
   std::vector<mx::array> qkv;
   if (qkv_proj) {
     const int q_end = opt.n_heads * opt.head_dim;
     qkv = mx::split((*qkv_proj)(x), {q_end, q_end + opt.n_kv_heads * opt.head_dim}, -1);
+  } else if (auto f = cuda_fused_matmuls(x, {&*q_proj, &*k_proj, &*v_proj})) {
+    qkv = std::move(*f);
   } else {
     qkv = {(*q_proj)(x), (*k_proj)(x), (*v_proj)(x)};
   }
@@ -78,7 +89,18 @@ mx::array Attention::operator()(const mx::array& x, const Mask& mask, KVCacheBas
     q = opt.rope(q, cache);
     k = opt.rope(k, cache);
   }
-  return o_proj(merge_heads(cached_attention(q, k, v, cache, scale, mask)));
+  return merge_heads(cached_attention(q, k, v, cache, scale, mask));
+}
+
+mx::array Attention::operator()(const mx::array& x, const Mask& mask, KVCacheBase& cache) const {
+  return o_proj(attend(x, mask, cache));
+}
+
+mx::array Attention::add_to(const mx::array& residual, const mx::array& x, const Mask& mask,
+                            KVCacheBase& cache) const {
+  mx::array a = attend(x, mask, cache);
+  if (auto y = cuda_fused_add(a, o_proj, residual)) return *y;
+  return mx::add(residual, o_proj(a));
 }
 
 namespace {
@@ -160,6 +182,11 @@ mx::array DecoderBlock::operator()(const mx::array& x, const Mask& mask, KVCache
   };
   switch (norms) {
     case NormPlacement::pre: {
+      if (!residual_multiplier) {
+        // The residual adds go into the o and down projections' kernels where they can.
+        mx::array h = self_attn.add_to(x, (*input_layernorm)(x), mask, cache);
+        return mlp.add_to(h, (*post_attention_layernorm)(h));
+      }
       mx::array h = add(x, self_attn((*input_layernorm)(x), mask, cache));
       return add(h, mlp((*post_attention_layernorm)(h)));
     }

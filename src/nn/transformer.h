@@ -21,6 +21,11 @@ struct SwiGLUMLP {
   static SwiGLUMLP load(WeightStore& w, const std::string& path, int dims, int hidden, bool bias,
                         bool fused_gate_up = false);
   mx::array operator()(const mx::array& x) const;
+  // residual + mlp(x); on CUDA's tier L3 the down projection and the add are one kernel.
+  mx::array add_to(const mx::array& residual, const mx::array& x) const;
+
+ private:
+  mx::array gated(const mx::array& x) const;  // swiglu(gate(x), up(x))
 };
 
 struct AttentionOptions {
@@ -47,6 +52,13 @@ struct Attention {
 
   Attention(const AttentionOptions& o, WeightStore& w, const std::string& path);
   mx::array operator()(const mx::array& x, const Mask& mask, KVCacheBase& cache) const;
+  // residual + attention(x); on CUDA's tier L3 the o projection and the add are one kernel.
+  mx::array add_to(const mx::array& residual, const mx::array& x, const Mask& mask,
+                   KVCacheBase& cache) const;
+
+ private:
+  // The heads' attention output before o_proj, (B, L, n_heads * head_dim).
+  mx::array attend(const mx::array& x, const Mask& mask, KVCacheBase& cache) const;
 };
 
 // Where a block's RMSNorms sit (each family's checkpoint names):

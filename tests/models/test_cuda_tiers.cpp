@@ -6,10 +6,12 @@
 // <= 1e-3 and top-1 agreement >= 99%, and greedy outputs. CUDA builds only (tests/CMakeLists.txt);
 // run on the GPU machine by scripts/gpu/test.sh.
 #include <gtest/gtest.h>
+#include <mlx/graph_utils.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -24,6 +26,7 @@ namespace lmx {
 namespace {
 
 namespace fs = std::filesystem;
+namespace mx = mlx::core;
 
 fs::path parity_dir() {
   const char* env = std::getenv("LMX_TEST_DATA");
@@ -91,6 +94,23 @@ TEST_P(CudaTiers, GreedyOutputsAgree) {
 TEST_P(CudaTiers, FastTierIsDeterministic) {
   const auto prompt = test::random_tokens(12, vocab_, 7);
   EXPECT_EQ(test::greedy(*fast_.model, prompt, 16), test::greedy(*fast_.model, prompt, 16));
+}
+
+// A decode step of the dense decoder families runs the fused kernels (kernels/cuda/qmm.h): q/k/v
+// in one launch, the o and down projections with their residual adds, gate and up with SiLU.
+// qwen2's q/k/v carry biases and stay separate; gemma3 has no fused CUDA layer.
+TEST_P(CudaTiers, DecodeStepRunsTheFusedKernels) {
+  const std::string row = GetParam();
+  const int per_layer = row.rfind("qwen2", 0) == 0 ? 3 : row.rfind("gemma3", 0) == 0 ? 0 : 4;
+  Model& m = *fast_.model;
+  Cache cache = m.make_cache();
+  mx::eval(m(mx::array({1, 2, 3, 4}, {1, 4}), cache));
+  std::ostringstream dot;
+  mx::export_to_dot(dot, {m(mx::array({5}, {1, 1}), cache)});
+  const std::string text = dot.str(), needle = "label =\"LmxCudaQmvFused\"";
+  int n = 0;
+  for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
+  EXPECT_EQ(n, per_layer * m.num_layers()) << row;
 }
 
 INSTANTIATE_TEST_SUITE_P(Rows, CudaTiers, ::testing::ValuesIn(cuda_rows()),

@@ -186,5 +186,70 @@ TEST(CudaQmmApi, StridedInputs) {
   }
 }
 
+// The fused calls (kernels/cuda/qmm.h): q/k/v of one x in one launch, bit for bit each own qmv;
+// the residual add in the kernel, bit for bit mx::add of qmv's output; gate and up with
+// silu(g) * u, against the float32 reference and against MLX's ops over two qmv calls.
+class CudaQmmFused : public CudaQmm {};
+
+TEST_P(CudaQmmFused, MatchOneCallAtATime) {
+  const auto [bits, gs, dt] = GetParam();
+  const kc::QmmOptions opt{.group_size = gs, .bits = bits};
+  const int K = 640;
+  uint64_t seed = 100;
+  Quantized q = quantize(64, K, gs, bits, dt, seed++), k = quantize(32, K, gs, bits, dt, seed++),
+            v = quantize(48, K, gs, bits, dt, seed++);
+  Quantized gate = quantize(96, K, gs, bits, dt, seed++),
+            up = quantize(96, K, gs, bits, dt, seed++);
+  auto mat = [](const Quantized& a) { return kc::QMatrix{a.w, a.scales, a.biases}; };
+  auto one = [&](const mx::array& x, const Quantized& a) {
+    return kc::qmv(x, a.w, a.scales, a.biases, opt);
+  };
+  for (int M : {1, 5, 9, 16}) {
+    SCOPED_TRACE("M=" + std::to_string(M));
+    mx::array x =
+        mx::astype(mx::random::normal({1, M, K}, mx::float32, mx::random::key(seed++)), dt);
+    ASSERT_TRUE(kc::takes_fused(x, {mat(q), mat(k), mat(v)}, opt));
+    std::vector<mx::array> qkv = kc::qmv_multi(x, {mat(q), mat(k), mat(v)}, opt);
+    ASSERT_EQ(qkv.size(), 3u);
+    ASSERT_EQ(qkv[0].primitive().name(), std::string("LmxCudaQmvFused"));
+    const Quantized* parts[3] = {&q, &k, &v};
+    for (int i = 0; i < 3; ++i) {
+      mx::array want = one(x, *parts[i]);
+      ASSERT_EQ(qkv[i].shape(), want.shape());
+      EXPECT_TRUE(mx::array_equal(qkv[i], want).item<bool>()) << "output " << i;
+    }
+
+    mx::array res = mx::astype(
+        mx::random::normal({1, M, 64}, mx::float32, 0.0f, 4.0f, mx::random::key(seed++)), dt);
+    mx::array added = kc::qmv_add(x, mat(q), res, opt);
+    EXPECT_TRUE(mx::array_equal(added, mx::add(res, one(x, q))).item<bool>());
+
+    mx::array got = kc::qmv_swiglu(x, mat(gate), mat(up), opt);
+    ASSERT_EQ(got.shape(), (mx::Shape{1, M, 96}));
+    ASSERT_TRUE(mx::all(mx::isfinite(got)).item<bool>());
+    mx::array x2 = mx::reshape(x, {M, K});
+    mx::array g = reference(x2, gate, gs, bits, dt), u = reference(x2, up, gs, bits, dt);
+    mx::array want = mx::multiply(mx::multiply(g, mx::sigmoid(g)), u);
+    EXPECT_LT(rel_error(mx::reshape(got, {M, 96}), want), 4.0 / 256);
+    mx::array g1 = one(x, gate), u1 = one(x, up);
+    EXPECT_LT(norm_error(got, mx::multiply(mx::multiply(g1, mx::sigmoid(g1)), u1)), 1e-2);
+  }
+  // Not taken: more than kMaxRows rows, a weight of another K; refused with a named error.
+  mx::array x17 = mx::astype(mx::random::normal({17, K}, mx::float32, mx::random::key(1)), dt);
+  EXPECT_FALSE(kc::takes_fused(x17, {mat(q)}, opt));
+  EXPECT_THROW(kc::qmv_multi(x17, {mat(q)}, opt), Error);
+  mx::array x1 = mx::astype(mx::random::normal({1, K}, mx::float32, mx::random::key(2)), dt);
+  Quantized other = quantize(32, K + 128, gs, bits, dt, 9);
+  EXPECT_FALSE(kc::takes_fused(x1, {mat(q), mat(other)}, opt));
+  EXPECT_THROW(kc::qmv_multi(x1, {mat(q), mat(other)}, opt), Error);
+  EXPECT_THROW(kc::qmv_swiglu(x1, mat(q), mat(k), opt), Error);  // 64 vs 32 outputs
+  EXPECT_THROW(kc::qmv_add(x1, mat(q), mx::zeros({1, 32}, dt), opt), Error);
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, CudaQmmFused,
+                         ::testing::Combine(::testing::Values(4, 8), ::testing::Values(64, 128),
+                                            ::testing::Values(mx::bfloat16, mx::float16)),
+                         layout_name);
+
 }  // namespace
 }  // namespace lmx

@@ -197,10 +197,18 @@ int kernel_index(mx::Dtype t, int bits, int gs, int tt) {
   return (((t == mx::float16 ? 1 : 0) * 2 + (bits == 8 ? 1 : 0)) * 3 + g) * 2 + (tt - 1);
 }
 
+// Fused kernels (lmx_qmv_multi_*, lmx_qmv_swiglu_*): dtype x bits x group size (64, 128) x tiles.
+int fused_index(mx::Dtype t, int bits, int gs, int tt) {
+  return (((t == mx::float16 ? 1 : 0) * 2 + (bits == 8 ? 1 : 0)) * 2 + (gs == 128 ? 1 : 0)) * 2 +
+         (tt - 1);
+}
+constexpr int kMultiBase = 26, kSwigluBase = 42, kFunctions = 58;
+
 // The fat binary's functions, loaded into the current (MLX's primary) context on first use.
-// Indices 24 and 25: lmx_dense_copy_2, lmx_dense_copy_4.
+// Indices 24 and 25: lmx_dense_copy_2, lmx_dense_copy_4; then kMultiBase + fused_index and
+// kSwigluBase + fused_index.
 CUfunction function(int index) {
-  static CUfunction fns[26] = {};
+  static CUfunction fns[kFunctions] = {};
   static std::once_flag once;
   std::call_once(once, [] {
     // bin2c's array has byte alignment; the loader reads the image as 8-byte words.
@@ -221,6 +229,19 @@ CUfunction function(int index) {
           }
     check_cu(cuModuleGetFunction(&fns[24], mod, "lmx_dense_copy_2"), "lmx_dense_copy_2");
     check_cu(cuModuleGetFunction(&fns[25], mod, "lmx_dense_copy_4"), "lmx_dense_copy_4");
+    i = 0;
+    for (auto* t : types)
+      for (int b : bitss)
+        for (int g : {64, 128})
+          for (int tt = 1; tt <= 2; ++tt) {
+            const std::string tail = std::string(t) + "_" + std::to_string(b) + "_" +
+                                     std::to_string(g) + "_" + std::to_string(tt);
+            const std::string multi = "lmx_qmv_multi_" + tail, swiglu = "lmx_qmv_swiglu_" + tail;
+            check_cu(cuModuleGetFunction(&fns[kMultiBase + i], mod, multi.c_str()), multi.c_str());
+            check_cu(cuModuleGetFunction(&fns[kSwigluBase + i], mod, swiglu.c_str()),
+                     swiglu.c_str());
+            ++i;
+          }
   });
   return fns[index];
 }
@@ -298,6 +319,126 @@ mx::array qmv_primitive(const mx::array& x, const mx::array& w, const mx::array&
                    std::make_shared<Qmv>(s, opt.bits, opt.group_size, prefill),
                    {x, w, scales, biases});
 }
+
+// qmv.cuh's LmxQmvMulti and LmxQmvSwiglu, field for field (the kernels take them by value).
+struct MultiArgs {
+  const void* x;
+  const void* w[3];
+  const void* scales[3];
+  const void* biases[3];
+  void* out[3];
+  const void* residual;
+  int n[3];
+  int first[4];
+  int count, M, K;
+};
+struct SwigluArgs {
+  const void* x;
+  const void* w[2];
+  const void* scales[2];
+  const void* biases[2];
+  void* out;
+  int M, N, K;
+};
+
+enum class Fused { multi, add, swiglu };
+
+// The fused kernels as one MLX primitive. Inputs: x, then (w, scales, biases) per weight, then
+// the residual (add); outputs: one per weight (multi) or one.
+class QmvFused : public mx::Primitive {
+ public:
+  QmvFused(mx::Stream s, Fused kind, int bits, int group_size)
+      : mx::Primitive(s), kind_(kind), bits_(bits), gs_(group_size) {}
+
+  void eval_cpu(const std::vector<mx::array>&, std::vector<mx::array>&) override {
+    check(false, "cuda fused quantized_matmul",
+          "runs on the GPU only, expected a GPU stream, got the CPU");
+  }
+
+  void eval_gpu(const std::vector<mx::array>& raw, std::vector<mx::array>& outs) override {
+    auto& enc = mx::cu::get_command_encoder(stream());
+    std::vector<mx::array> in;
+    in.reserve(raw.size());
+    for (const auto& a : raw) in.push_back(dense_input(a, enc));
+    CUstream cs = enc.stream();
+    const int dev = enc.device().cuda_device();
+    for (auto& o : outs) o.set_data(detail::device_buffer(o.nbytes(), dev, cs));
+    const mx::array& x = in[0];
+    const int K = x.shape(-1), M = rows_of(x), tt = M > 8 ? 2 : 1;
+    const int fi = fused_index(x.dtype(), bits_, gs_, tt);
+    for (const auto& a : in) enc.set_input_array(a);
+    for (const auto& o : outs) enc.set_output_array(o);
+    if (kind_ == Fused::swiglu) {
+      SwigluArgs a{};
+      a.x = mx::gpu_ptr<void>(x);
+      for (int i = 0; i < 2; ++i) {
+        a.w[i] = mx::gpu_ptr<void>(in[1 + 3 * i]);
+        a.scales[i] = mx::gpu_ptr<void>(in[2 + 3 * i]);
+        a.biases[i] = mx::gpu_ptr<void>(in[3 + 3 * i]);
+      }
+      a.out = mx::gpu_ptr<void>(outs[0]);
+      a.M = M;
+      a.N = in[1].shape(0);
+      a.K = K;
+      void* params[] = {&a};
+      enc.add_kernel_node_raw(function(kSwigluBase + fi), dim3(a.N / kFeatures), dim3(kThreads),
+                              dim3(), 0, params);
+      return;
+    }
+    MultiArgs a{};
+    a.x = mx::gpu_ptr<void>(x);
+    a.count = kind_ == Fused::add ? 1 : static_cast<int>(outs.size());
+    int blocks = 0;
+    for (int i = 0; i < a.count; ++i) {
+      a.w[i] = mx::gpu_ptr<void>(in[1 + 3 * i]);
+      a.scales[i] = mx::gpu_ptr<void>(in[2 + 3 * i]);
+      a.biases[i] = mx::gpu_ptr<void>(in[3 + 3 * i]);
+      a.out[i] = mx::gpu_ptr<void>(outs[i]);
+      a.n[i] = in[1 + 3 * i].shape(0);
+      a.first[i] = blocks;
+      blocks += a.n[i] / kFeatures;
+    }
+    a.first[a.count] = blocks;
+    a.residual = kind_ == Fused::add ? mx::gpu_ptr<void>(in.back()) : nullptr;
+    a.M = M;
+    a.K = K;
+    void* params[] = {&a};
+    enc.add_kernel_node_raw(function(kMultiBase + fi), dim3(blocks), dim3(kThreads), dim3(), 0,
+                            params);
+  }
+
+  const char* name() const override { return "LmxCudaQmvFused"; }
+
+  bool is_equivalent(const mx::Primitive& other) const override {
+    const auto& o = static_cast<const QmvFused&>(other);
+    return kind_ == o.kind_ && bits_ == o.bits_ && gs_ == o.gs_;
+  }
+
+ private:
+  Fused kind_;
+  int bits_, gs_;
+};
+
+std::vector<mx::array> fused_primitive(Fused kind, const mx::array& x,
+                                       const std::vector<QMatrix>& mats,
+                                       const std::optional<mx::array>& residual,
+                                       const QmmOptions& opt) {
+  std::vector<mx::array> inputs = {x};
+  std::vector<mx::Shape> shapes;
+  for (const auto& m : mats) {
+    inputs.insert(inputs.end(), {m.w, m.scales, m.biases});
+    mx::Shape sh = x.shape();
+    sh.back() = m.w.shape(0);
+    shapes.push_back(std::move(sh));
+  }
+  if (kind != Fused::multi) shapes.resize(1);
+  if (residual) inputs.push_back(*residual);
+  const std::vector<mx::Dtype> dtypes(shapes.size(), x.dtype());
+  return mx::array::make_arrays(std::move(shapes), dtypes,
+                                std::make_shared<QmvFused>(mx::default_stream(mx::Device::gpu),
+                                                           kind, opt.bits, opt.group_size),
+                                inputs);
+}
 #endif
 
 }  // namespace
@@ -331,6 +472,16 @@ bool rows_routed() {
     const char* v = std::getenv("LMX_CUDA_ROWS");
     const std::string s = v ? v : "1";
     check(s == "0" || s == "1", "LMX_CUDA_ROWS", "expected 0 or 1, got '", s, "'");
+    return s == "1";
+  }();
+  return on;
+}
+
+bool fused_routed() {
+  static const bool on = [] {
+    const char* v = std::getenv("LMX_CUDA_FUSED");
+    const std::string s = v ? v : "1";
+    check(s == "0" || s == "1", "LMX_CUDA_FUSED", "expected 0 or 1, got '", s, "'");
     return s == "1";
   }();
   return on;
@@ -406,6 +557,81 @@ mx::array quantized_matmul(const mx::array& x, const mx::array& w, const mx::arr
     return mx::reshape(mx::concatenate(parts, 0), out_shape);
   }
   return mx::quantized_matmul(x, w, scales, biases, true, opt.group_size, opt.bits, "affine");
+}
+
+bool takes_fused(const mx::array& x, const std::vector<QMatrix>& mats, const QmmOptions& opt) {
+  if (mats.empty() || !routed(opt.bits, opt.group_size)) return false;
+  for (const auto& m : mats)
+    if (m.biases.dtype() != m.scales.dtype() || !takes_kernel(x, m.w, m.scales, opt) ||
+        m.w.shape(1) * 32 != x.shape(-1) * opt.bits)
+      return false;
+  return true;
+}
+
+namespace {
+
+void check_fused(const char* where, const mx::array& x, const std::vector<QMatrix>& mats,
+                 const QmmOptions& opt) {
+  check(!mats.empty() && mats.size() <= 3, where, "expected 1 to 3 weights, got ", mats.size());
+  check(routed(opt.bits, opt.group_size), where, "expected group size 64 or 128, got ",
+        opt.group_size);
+  for (const auto& m : mats) {
+    // qmv's checks: layout, dtypes, rows, K.
+    check(m.w.ndim() == 2, where, "expected 2-D weights, got ", m.w.ndim(), " dims");
+    const int N = m.w.shape(0), K = x.shape(-1);
+    check(supports(opt.bits, opt.group_size, "affine", m.scales.dtype(), N, K), where,
+          "unsupported layout: bits=", opt.bits, " group_size=", opt.group_size, " N=", N,
+          " K=", K);
+    check(m.w.dtype() == mx::uint32 && m.w.shape(1) * 32 == K * opt.bits, where, "x has K=", K,
+          ", expected ", m.w.shape(1) * 32 / opt.bits, " for a weight of ", m.w.shape(1),
+          " uint32 words");
+    const mx::Shape gshape{N, K / opt.group_size};
+    check(m.scales.shape() == gshape && m.biases.shape() == gshape &&
+              m.scales.dtype() == x.dtype() && m.biases.dtype() == x.dtype(),
+          where, "scales and biases must be (", N, ", ", K / opt.group_size, ") of x's dtype ",
+          x.dtype());
+  }
+  const int M = rows_of(x);
+  check(M >= 1 && M <= kMaxRows, where, "expected 1 to ", kMaxRows, " rows, got ", M);
+  check(available(), where, "needs a CUDA build running on the GPU");
+}
+
+}  // namespace
+
+std::vector<mx::array> qmv_multi(const mx::array& x, const std::vector<QMatrix>& mats,
+                                 const QmmOptions& opt) {
+  check_fused("cuda qmv_multi", x, mats, opt);
+#if LMX_CUDA_BUILD
+  return fused_primitive(Fused::multi, x, mats, std::nullopt, opt);
+#else
+  return {};
+#endif
+}
+
+mx::array qmv_add(const mx::array& x, const QMatrix& m, const mx::array& residual,
+                  const QmmOptions& opt) {
+  check_fused("cuda qmv_add", x, {m}, opt);
+  mx::Shape shape = x.shape();
+  shape.back() = m.w.shape(0);
+  check(residual.shape() == shape && residual.dtype() == x.dtype(), "cuda qmv_add",
+        "the residual must have the product's shape and x's dtype ", x.dtype());
+#if LMX_CUDA_BUILD
+  return fused_primitive(Fused::add, x, {m}, residual, opt)[0];
+#else
+  return residual;
+#endif
+}
+
+mx::array qmv_swiglu(const mx::array& x, const QMatrix& gate, const QMatrix& up,
+                     const QmmOptions& opt) {
+  check_fused("cuda qmv_swiglu", x, {gate, up}, opt);
+  check(gate.w.shape(0) == up.w.shape(0), "cuda qmv_swiglu",
+        "gate and up must have one output size, got ", gate.w.shape(0), " and ", up.w.shape(0));
+#if LMX_CUDA_BUILD
+  return fused_primitive(Fused::swiglu, x, {gate, up}, std::nullopt, opt)[0];
+#else
+  return x;
+#endif
 }
 
 const char* kernel_source() { return detail::kQmvSource; }

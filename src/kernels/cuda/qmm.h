@@ -9,6 +9,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace lmx::kernels::cuda {
 
@@ -57,6 +58,32 @@ bool takes_kernel(const mx::array& x, const mx::array& w, const mx::array& scale
 mx::array qmv(const mx::array& x, const mx::array& w, const mx::array& scales,
               const mx::array& biases, const QmmOptions& opt,
               std::optional<float> prefill = std::nullopt);
+
+// A quantized weight in MLX's affine layout: w (N, K * bits / 32) uint32, scales and biases
+// (N, K / group_size).
+struct QMatrix {
+  mx::array w, scales, biases;
+};
+
+// Whether the fused calls below run lmx's kernel for x and these weights: takes_kernel holds for
+// each (at most kMaxRows rows), the group size is routed (routing.h) and every weight has x's K.
+// Where it does not, callers run the matmuls one by one.
+bool takes_fused(const mx::array& x, const std::vector<QMatrix>& mats, const QmmOptions& opt);
+
+// x @ dequantize(m).T for each of one to three weights of x's K in one launch (a layer's q, k and
+// v projections): each output is bit for bit that of its own quantized_matmul call.
+std::vector<mx::array> qmv_multi(const mx::array& x, const std::vector<QMatrix>& mats,
+                                 const QmmOptions& opt);
+
+// residual + x @ dequantize(m).T in one launch, residual (..., N) of x's dtype: bit for bit
+// mx::add(residual, quantized_matmul(x, m)) (the product rounded to x's dtype, then the sum).
+mx::array qmv_add(const mx::array& x, const QMatrix& m, const mx::array& residual,
+                  const QmmOptions& opt);
+
+// silu(x @ gate.T) * (x @ up.T) in one launch, gate and up (N, K): each product rounded to x's
+// dtype, then sigmoid, g * sigmoid and the product with u each rounded, as the unfused ops.
+mx::array qmv_swiglu(const mx::array& x, const QMatrix& gate, const QMatrix& up,
+                     const QmmOptions& opt);
 
 // The kernel's source (qmv.cuh, embedded at build time) and the body that calls it.
 const char* kernel_source();

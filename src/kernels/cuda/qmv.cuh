@@ -21,6 +21,10 @@
 // at 4 bits), and x's inputs are assigned to the mma's k slots in the same permuted order as the
 // weights' (a dot product does not care about the order of its terms).
 //
+// Fused forms for the decode layer (below lmx_qmv): lmx_qmv_multi (up to three weights of one x,
+// each output as its own lmx_qmv; or one weight plus a residual) and lmx_qmv_swiglu (gate and up
+// with SiLU), each one launch where the unfused layer has two to four.
+//
 // Requires: K % 128 == 0, N % 16 == 0, 1 <= M <= 8 * TT, GS in {32, 64, 128}, BITS in {4, 8}.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -137,11 +141,15 @@ __device__ inline int lmx_qmv_rows(const S& shape, int ndim) {
   return m;
 }
 
+namespace lmx_qmv_detail {
+
+// Warp `wi` of `nw` (the warps of the block that share this tile) takes every nw-th slice of 128
+// inputs and leaves its partial 16 x (8 TT) tile of features n0 .. n0 + 15 over x's rows in
+// `part` (its own tile in shared memory); the caller syncs and sums the nw tiles.
 template <typename T, int BITS, int GS, int TT>
-__device__ void lmx_qmv(const T* __restrict__ x, const unsigned int* __restrict__ w,
-                        const T* __restrict__ scales, const T* __restrict__ biases,
-                        T* __restrict__ out, int M, int N, int K) {
-  using namespace lmx_qmv_detail;
+__device__ inline void partial_tile(const T* __restrict__ x, const u32* __restrict__ w,
+                                    const T* __restrict__ scales, const T* __restrict__ biases,
+                                    int M, int K, int n0, int wi, int nw, float (*part)[8 * TT]) {
   using O = Ops<T>;
   using T2 = typename O::T2;
   static_assert(BITS == 4 || BITS == 8, "BITS 4 or 8");
@@ -149,12 +157,8 @@ __device__ void lmx_qmv(const T* __restrict__ x, const unsigned int* __restrict_
   static_assert(TT == 1 || TT == 2, "TT 1 or 2");
   constexpr int kLoads = BITS / 4;  // uint4 loads per feature per slice (32 inputs per lane)
 
-  __shared__ float partial[kWarps][16][8 * TT];
-
   const int lane = threadIdx.x % 32;
-  const int warp = threadIdx.x / 32;
   const int g = lane / 4, t = lane % 4;
-  const int n0 = blockIdx.x * 16;
   const int slices = K / kSlice;
   const int words_per_row = K * BITS / 32;
   const int groups_per_row = K / GS;
@@ -181,12 +185,12 @@ __device__ void lmx_qmv(const T* __restrict__ x, const unsigned int* __restrict_
 #pragma unroll
     for (int i = 0; i < 4; ++i) acc[tt][i] = 0.0f;
 
-  for (int s0 = warp; s0 < slices; s0 += kWarps * kUnroll) {
+  for (int s0 = wi; s0 < slices; s0 += nw * kUnroll) {
     uint4 wv[kUnroll][2][kLoads];
     T sv[kUnroll][2], bv[kUnroll][2];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      const int s = s0 + u * kWarps;
+      const int s = s0 + u * nw;
       if (s < slices) {
         const int k = s * kSlice + 32 * t;  // this lane's first input
 #pragma unroll
@@ -201,7 +205,7 @@ __device__ void lmx_qmv(const T* __restrict__ x, const unsigned int* __restrict_
     }
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      const int s = s0 + u * kWarps;
+      const int s = s0 + u * nw;
       if (s >= slices) break;
       const int k = s * kSlice + 32 * t;
       // x: 32 inputs per row, as 4 x 8 values.
@@ -278,7 +282,20 @@ __device__ void lmx_qmv(const T* __restrict__ x, const unsigned int* __restrict_
 #pragma unroll
   for (int tt = 0; tt < TT; ++tt)
 #pragma unroll
-    for (int i = 0; i < 4; ++i) partial[warp][g + 8 * (i / 2)][8 * tt + 2 * t + (i % 2)] = acc[tt][i];
+    for (int i = 0; i < 4; ++i) part[g + 8 * (i / 2)][8 * tt + 2 * t + (i % 2)] = acc[tt][i];
+}
+
+}  // namespace lmx_qmv_detail
+
+template <typename T, int BITS, int GS, int TT>
+__device__ void lmx_qmv(const T* __restrict__ x, const unsigned int* __restrict__ w,
+                        const T* __restrict__ scales, const T* __restrict__ biases,
+                        T* __restrict__ out, int M, int N, int K) {
+  using namespace lmx_qmv_detail;
+  __shared__ float partial[kWarps][16][8 * TT];
+  const int warp = threadIdx.x / 32;
+  const int n0 = blockIdx.x * 16;
+  partial_tile<T, BITS, GS, TT>(x, w, scales, biases, M, K, n0, warp, kWarps, partial[warp]);
   __syncthreads();
   // One thread per output element of the block: 16 features x M rows (M <= 8 * TT <= 16).
   for (int idx = threadIdx.x; idx < 16 * M; idx += 32 * kWarps) {
@@ -286,6 +303,96 @@ __device__ void lmx_qmv(const T* __restrict__ x, const unsigned int* __restrict_
     float sum = 0.0f;
 #pragma unroll
     for (int v = 0; v < kWarps; ++v) sum += partial[v][f][row];
-    out[size_t(row) * N + n0 + f] = O::from_float(sum);
+    out[size_t(row) * N + n0 + f] = Ops<T>::from_float(sum);
+  }
+}
+
+// Up to three matmuls of one x in one launch (a layer's q, k and v projections), or one whose
+// result is added to a residual (the o and down projections): blocks first[i] .. first[i + 1] - 1
+// compute out[i] (M, n[i]) = x (M, K) @ dequantize(w[i]).T with lmx_qmv's arithmetic, so each
+// output is bit for bit that of its own lmx_qmv call. With `residual` (M, n[0]), count is 1 and
+// out[0] = residual + round(x @ w[0].T), rounded again: the two ops of the unfused layer.
+struct LmxQmvMulti {
+  const void* x;
+  const void* w[3];
+  const void* scales[3];
+  const void* biases[3];
+  void* out[3];
+  const void* residual;
+  int n[3];
+  int first[4];
+  int count, M, K;
+};
+
+template <typename T, int BITS, int GS, int TT>
+__device__ void lmx_qmv_multi(const LmxQmvMulti& a) {
+  using namespace lmx_qmv_detail;
+  using O = Ops<T>;
+  __shared__ float partial[kWarps][16][8 * TT];
+  int i = 0;
+  while (i + 1 < a.count && int(blockIdx.x) >= a.first[i + 1]) ++i;
+  const int warp = threadIdx.x / 32;
+  const int n0 = (int(blockIdx.x) - a.first[i]) * 16, N = a.n[i], M = a.M;
+  partial_tile<T, BITS, GS, TT>(static_cast<const T*>(a.x), static_cast<const u32*>(a.w[i]),
+                                static_cast<const T*>(a.scales[i]),
+                                static_cast<const T*>(a.biases[i]), M, a.K, n0, warp, kWarps,
+                                partial[warp]);
+  __syncthreads();
+  T* out = static_cast<T*>(a.out[i]);
+  const T* res = static_cast<const T*>(a.residual);
+  for (int idx = threadIdx.x; idx < 16 * M; idx += 32 * kWarps) {
+    const int f = idx % 16, row = idx / 16;
+    float sum = 0.0f;
+#pragma unroll
+    for (int v = 0; v < kWarps; ++v) sum += partial[v][f][row];
+    const size_t o = size_t(row) * N + n0 + f;
+    out[o] = res ? O::from_float(O::to_float(O::from_float(sum)) + O::to_float(res[o]))
+                 : O::from_float(sum);
+  }
+}
+
+// A gated MLP's first half in one launch: out (M, N) = silu(x @ gate.T) * (x @ up.T), w[0] the
+// gate and w[1] the up projection. Half of the block's warps take the gate's 16 features, half
+// the up's (each half splitting K). Each projection is rounded to T, then silu(g) * u as the
+// unfused layer's ops round (sigmoid, g * sigmoid, times u, each rounded to T).
+struct LmxQmvSwiglu {
+  const void* x;
+  const void* w[2];
+  const void* scales[2];
+  const void* biases[2];
+  void* out;
+  int M, N, K;
+};
+
+template <typename T, int BITS, int GS, int TT>
+__device__ void lmx_qmv_swiglu(const LmxQmvSwiglu& a) {
+  using namespace lmx_qmv_detail;
+  using O = Ops<T>;
+  static_assert(kWarps % 2 == 0, "an even number of warps");
+  constexpr int kHalf = kWarps / 2;
+  __shared__ float partial[kWarps][16][8 * TT];
+  const int warp = threadIdx.x / 32, m = warp / kHalf;
+  const int n0 = blockIdx.x * 16, M = a.M;
+  // Selected, not indexed by m: an index into the parameters puts them on the stack.
+  const void* w = m ? a.w[1] : a.w[0];
+  const void* s = m ? a.scales[1] : a.scales[0];
+  const void* b = m ? a.biases[1] : a.biases[0];
+  partial_tile<T, BITS, GS, TT>(static_cast<const T*>(a.x), static_cast<const u32*>(w),
+                                static_cast<const T*>(s), static_cast<const T*>(b), M, a.K, n0,
+                                warp % kHalf, kHalf, partial[warp]);
+  __syncthreads();
+  T* out = static_cast<T*>(a.out);
+  for (int idx = threadIdx.x; idx < 16 * M; idx += 32 * kWarps) {
+    const int f = idx % 16, row = idx / 16;
+    float g = 0.0f, u = 0.0f;
+#pragma unroll
+    for (int v = 0; v < kHalf; ++v) {
+      g += partial[v][f][row];
+      u += partial[kHalf + v][f][row];
+    }
+    const float gr = O::to_float(O::from_float(g)), ur = O::to_float(O::from_float(u));
+    const float sig = O::to_float(O::from_float(1.0f / (1.0f + expf(-gr))));
+    const float gs = O::to_float(O::from_float(gr * sig));
+    out[size_t(row) * a.N + n0 + f] = O::from_float(gs * ur);
   }
 }

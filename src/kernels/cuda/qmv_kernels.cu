@@ -23,6 +23,28 @@
 LMX_QMV_BITS(bf16, __nv_bfloat16)
 LMX_QMV_BITS(f16, __half)
 
+// The fused forms (qmv.cuh's lmx_qmv_multi and lmx_qmv_swiglu) for the layouts tier L3 routes to
+// the kernel (groups 64 and 128, kernels/cuda/routing.h).
+#define LMX_QMV_FUSED(TN, T, B, G, TT)                                                        \
+  extern "C" __global__ void lmx_qmv_multi_##TN##_##B##_##G##_##TT(LmxQmvMulti a) {           \
+    lmx_qmv_multi<T, B, G, TT>(a);                                                            \
+  }                                                                                           \
+  extern "C" __global__ void lmx_qmv_swiglu_##TN##_##B##_##G##_##TT(LmxQmvSwiglu a) {         \
+    lmx_qmv_swiglu<T, B, G, TT>(a);                                                           \
+  }
+#define LMX_QMV_FUSED_TT(TN, T, B, G) \
+  LMX_QMV_FUSED(TN, T, B, G, 1)       \
+  LMX_QMV_FUSED(TN, T, B, G, 2)
+#define LMX_QMV_FUSED_GS(TN, T, B) \
+  LMX_QMV_FUSED_TT(TN, T, B, 64)   \
+  LMX_QMV_FUSED_TT(TN, T, B, 128)
+#define LMX_QMV_FUSED_BITS(TN, T) \
+  LMX_QMV_FUSED_GS(TN, T, 4)      \
+  LMX_QMV_FUSED_GS(TN, T, 8)
+
+LMX_QMV_FUSED_BITS(bf16, __nv_bfloat16)
+LMX_QMV_FUSED_BITS(f16, __half)
+
 // A dense copy of a strided array (up to 8 dimensions) with 2- or 4-byte elements, for the rare
 // input that is not row-contiguous when the primitive runs.
 struct LmxStrides {

@@ -13,4 +13,9 @@ bool routed(int bits, int group_size);
 // ran 2.4x the per-row MLX path (docs/benchmarks.md); its gates: docs/gpu.md.
 bool rows_routed();
 
+// The fused decode kernels (qmm.h's qmv_multi, qmv_add, qmv_swiglu) in the dense decoder's layers
+// at tier L3: on unless LMX_CUDA_FUSED=0 (read once; other values an error), which keeps one
+// kernel per projection, for comparing the two in one benchmark call.
+bool fused_routed();
+
 }  // namespace lmx::kernels::cuda
