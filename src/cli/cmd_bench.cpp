@@ -173,10 +173,10 @@ struct ConcurrencyResult {
 // and gen_tokens decode steps ignoring EOS (as bench_one), distinct prompts per stream.
 ConcurrencyResult bench_concurrent(LanguageModel& model, const GenerateOptions& base, int n,
                                    int prompt_tokens, int gen_tokens, uint32_t seed,
-                                   int prefill_step) {
+                                   int prefill_step, int prompt_concurrency) {
   using Clock = std::chrono::steady_clock;
   Scheduler s(model, {.max_batch = n,
-                      .prompt_concurrency = 1,
+                      .prompt_concurrency = prompt_concurrency,
                       .prefill_step_size = prefill_step,
                       .prompt_cache_entries = 0});
   std::mt19937 rng(seed);
@@ -235,6 +235,8 @@ int cmd_bench(const Args& args) {
        false, "LIST"},
       {"prefill-step-size", "with --concurrency: prompt tokens a joiner prefills per step", false,
        "N", "512"},
+      {"prompt-concurrency", "with --concurrency: joining prompts prefilled per step (as serve)",
+       false, "N", "1"},
       {"seed", "seed of the random prompt", false, "S", "0"},
       {"prompt-file",
        "the prompt is this file's text instead of random ids (--prompt-tokens ignored)", false,
@@ -290,16 +292,19 @@ int cmd_bench(const Args& args) {
     check(tp == 1, "lmx bench", "--concurrency runs one process, expected no --tp");
     const int step = f.integer("prefill-step-size", 512);
     check(step > 0, "lmx bench", "--prefill-step-size must be > 0, got ", step);
+    const int joining = f.integer("prompt-concurrency", 1);
+    check(joining > 0, "lmx bench", "--prompt-concurrency must be > 0, got ", joining);
     for (int n : parse_levels(f.str("concurrency"))) {
       // Untimed first, with the same shapes: MLX's JIT compiles (GPU) and first allocations.
-      bench_concurrent(model, opt, n, prompt_tokens, 2, seed + 1, step);
+      bench_concurrent(model, opt, n, prompt_tokens, 2, seed + 1, step, joining);
       const ConcurrencyResult r =
-          bench_concurrent(model, opt, n, prompt_tokens, gen_tokens, seed, step);
+          bench_concurrent(model, opt, n, prompt_tokens, gen_tokens, seed, step, joining);
       if (as_json) {
         json j = {{"model", dir},
                   {"backend", backend_description()},
                   {"tier", model.tier()},
                   {"concurrency", n},
+                  {"prompt_concurrency", joining},
                   {"prompt_tokens", prompt_tokens},
                   {"gen_tokens", gen_tokens},
                   {"seconds", r.seconds},

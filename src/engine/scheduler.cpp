@@ -13,6 +13,7 @@
 #include <future>
 #include <mutex>
 #include <thread>
+#include <tuple>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -24,6 +25,7 @@
 #include "engine/model_impl.h"
 #include "generate/generate.h"
 #include "generate/speculative.h"
+#include "kernels/cpu/log_softmax.h"
 #include "kernels/cuda/routing.h"
 #include "lmx/lmx.h"
 #include "nn/rows_tier.h"
@@ -327,15 +329,41 @@ void Scheduler::State::step() {
     try {
       mx::array logits = forward(mx::reshape(mx::concatenate(inputs), {B, 1}), batch);
       const int V = logits.shape(2);
+      // Tier L3 on the CPU: rows without processors or a constraint take their log-probabilities
+      // from one log_softmax over the step's logits, and greedy rows their tokens from one argmax
+      // (each row's values are those of its own (1, V) call: the kernel and argmax work row by
+      // row), instead of a small graph per row.
+      std::optional<mx::array> all_lp, all_y;
+      const auto plain = [](const Row& r) {
+        return !r.opt.processors.any() && r.opt.constraint == nullptr;
+      };
+      if (net().cpu_kernels() && B > 1) {
+        bool any = false, greedy = false;
+        for (Row* r : batch) {
+          any = any || plain(*r);
+          greedy = greedy || (plain(*r) && r->opt.sampler.temp == 0);
+        }
+        if (any) all_lp = kernels::cpu::log_softmax(mx::reshape(logits, {B, V}));
+        if (greedy) all_y = mx::argmax(*all_lp, -1);
+      }
       std::vector<mx::array> out;
       for (int b = 0; b < B; ++b) {
         Row& r = *batch[b];
         try {
-          mx::array row = mx::reshape(mx::slice(logits, {b, 0, 0}, {b + 1, 1, V}), {1, V});
           std::optional<mx::array> key;
           if (r.keys && r.opt.sampler.temp != 0) key = r.keys->next();
-          auto [y, lp] = sample_next(net(), row, inputs[b], r.feed.has_value(), r.cache, r.opt,
-                                     r.history, key);
+          mx::array y = mx::array(0), lp = mx::array(0.0f);
+          if (all_lp && plain(r)) {
+            maybe_quantize_kv_cache(r.cache, r.opt);
+            mx::array row = mx::slice(*all_lp, {b, 0}, {b + 1, V});
+            y = r.opt.sampler.temp == 0 ? mx::slice(*all_y, {b}, {b + 1})
+                                        : sample(row, r.opt.sampler, key);
+            lp = mx::reshape(row, {V});
+          } else {
+            mx::array row = mx::reshape(mx::slice(logits, {b, 0, 0}, {b + 1, 1, V}), {1, V});
+            std::tie(y, lp) = sample_next(net(), row, inputs[b], r.feed.has_value(), r.cache, r.opt,
+                                          r.history, key);
+          }
           r.feed = y;
           r.next_y = y;
           r.next_logprobs = lp;

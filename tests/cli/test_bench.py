@@ -35,6 +35,17 @@ class BenchConcurrency(unittest.TestCase):
             self.assertLessEqual(r["ttft_p50_s"], r["ttft_p99_s"])
             self.assertNotIn("speculative", r)
 
+    def test_prompt_concurrency(self):
+        rows = bench("--prompt-concurrency", "3")
+        self.assertEqual([r["prompt_concurrency"] for r in rows], [3, 3])
+        for r in rows:
+            self.assertGreater(r["aggregate_tps"], 0)
+            self.assertLessEqual(r["ttft_p50_s"], r["ttft_p99_s"])
+        p = subprocess.run([LMX, "bench", "--model", str(MODEL), "--concurrency", "2",
+                            "--prompt-concurrency", "0"], capture_output=True, text=True)
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("--prompt-concurrency must be > 0", p.stderr)
+
     def test_self_draft_is_accepted(self):
         # The model drafting for itself at tier L1: its greedy proposals are the target's tokens.
         rows = bench("--exact", "--draft-model", str(MODEL), "--num-draft-tokens", "3")

@@ -326,6 +326,111 @@ ScaleType kv_type(mx::Dtype t) {
   return t == mx::float32 ? ScaleType::f32 : t == mx::bfloat16 ? ScaleType::bf16 : ScaleType::f16;
 }
 
+// One row of decode attention (a few query positions): its queries (Hq, L, D) float32, row b of
+// its key and value buffers (any float dtype, unit stride on D) of which it sees [0, S), its
+// output (L, Hq * D) float32.
+struct DecodeRow {
+  const float* q;
+  const mx::array* k;
+  const mx::array* v;
+  int b, S;
+  float* o;
+};
+
+// Decode attention of rows that may each lie in their own buffers, as one parallel_for: the cache
+// read in its dtype where it lies, split into chunks of keys; the chunks' partial softmax sums
+// merge in a fixed order, so a row's result depends neither on the thread count nor on the other
+// rows.
+void decode_attention(const std::vector<DecodeRow>& rows, int Hq, int L, int D, float scale,
+                      Isa isa, int window) {
+  // The first key row query l sees: all of them, or the last `window` up to its own.
+  const auto first_key = [&](int n) { return window > 0 ? std::max(0, n - window) : 0; };
+  AttnGroupFn attend = kernels_for(isa).attn_group;
+  // Task t of row r: (kh, l, chunk) in row-major order from first[r].
+  std::vector<int> first(rows.size() + 1, 0), chunks(rows.size());
+  int64_t work = 0;
+  for (size_t r = 0; r < rows.size(); ++r) {
+    const int Hkv = rows[r].k->shape(1);
+    chunks[r] = (rows[r].S + kKeyChunk - 1) / kKeyChunk;
+    first[r + 1] = first[r] + Hkv * L * chunks[r];
+    work += static_cast<int64_t>(L) * rows[r].S * Hq * D;
+  }
+  const int tasks = first.back();
+  std::vector<int> row_of(tasks);
+  for (size_t r = 0; r < rows.size(); ++r)
+    std::fill(row_of.begin() + first[r], row_of.begin() + first[r + 1], static_cast<int>(r));
+  const int Hkv0 = rows.empty() ? 1 : rows[0].k->shape(1);
+  const int group = Hq / Hkv0;
+  std::vector<float> part(static_cast<size_t>(tasks) * group * (D + 2));
+  float* pm = part.data() + static_cast<size_t>(tasks) * group * D;
+  float* pl = pm + static_cast<size_t>(tasks) * group;
+  auto task = [&](int t) {
+    const DecodeRow& row = rows[row_of[t]];
+    const int nc = chunks[row_of[t]], i = t - first[row_of[t]];
+    const int c = i % nc, l = i / nc % L, kh = i / nc / L;
+    const int S = row.S, n = S - L + l + 1, lo = first_key(n);
+    const int s0 = std::max(lo, c * kKeyChunk);
+    if (s0 >= n || s0 >= (c + 1) * kKeyChunk) {
+      std::fill(pm + static_cast<ptrdiff_t>(t) * group, pm + static_cast<ptrdiff_t>(t + 1) * group,
+                -INFINITY);
+      std::fill(pl + static_cast<ptrdiff_t>(t) * group, pl + static_cast<ptrdiff_t>(t + 1) * group,
+                0.0f);
+      return;
+    }
+    thread_local std::vector<float> sc;
+    if (sc.size() < static_cast<size_t>(group) * kKeyChunk)
+      sc.resize(static_cast<size_t>(group) * kKeyChunk);
+    const mx::array &k = *row.k, &v = *row.v;
+    AttnArgs a;
+    a.qs = static_cast<long>(L) * D;  // the group's heads, at one query position
+    a.G = group;
+    a.D = D;
+    a.scale = scale;
+    a.os = D;
+    a.K = k.data<char>() + (row.b * k.strides()[0] + kh * k.strides()[1]) * k.itemsize();
+    a.V = v.data<char>() + (row.b * v.strides()[0] + kh * v.strides()[1]) * v.itemsize();
+    a.ks = k.strides()[2];
+    a.vs = v.strides()[2];
+    a.kv_type = kv_type(k.dtype());
+    a.q = row.q + (static_cast<int64_t>(kh) * group * L + l) * D;
+    a.s0 = s0;
+    a.s1 = std::min(n, (c + 1) * kKeyChunk);
+    a.scores = sc.data();
+    a.out = part.data() + static_cast<size_t>(t) * group * D;
+    a.m = pm + static_cast<ptrdiff_t>(t) * group;
+    a.l = pl + static_cast<ptrdiff_t>(t) * group;
+    attend(a);
+  };
+  // A short decode step's attention is a few microseconds of work: no pool for it.
+  if (tasks > 1 && work >= (1 << 16)) {
+    parallel_for(tasks, task);
+  } else {
+    for (int t = 0; t < tasks; ++t) task(t);
+  }
+  for (size_t r = 0; r < rows.size(); ++r) {
+    const int nc = chunks[r], Hkv = rows[r].k->shape(1);
+    for (int j = 0; j < Hkv * L; ++j) {
+      const int l = j % L, kh = j / L;
+      for (int g = 0; g < group; ++g) {
+        float mx = -INFINITY, sum = 0;
+        const int t0 = first[r] + j * nc;
+        for (int c = 0; c < nc; ++c) mx = std::max(mx, pm[(t0 + c) * group + g]);
+        float* dst = rows[r].o + (static_cast<int64_t>(l) * Hq + kh * group + g) * D;
+        std::fill(dst, dst + D, 0.0f);
+        for (int c = 0; c < nc; ++c) {
+          const int t = t0 + c;
+          if (pl[t * group + g] == 0.0f) continue;
+          const float w = std::exp(pm[t * group + g] - mx);
+          sum += w * pl[t * group + g];
+          const float* src = part.data() + (static_cast<size_t>(t) * group + g) * D;
+          for (int d = 0; d < D; ++d) dst[d] += w * src[d];
+        }
+        for (int d = 0; d < D; ++d) dst[d] /= sum;
+      }
+    }
+  }
+}
+
 // Causal attention of qf (B, Hq, L, D) float32 over rows [0, S) of k, v (B, Hkv, >= S, D), any
 // float dtype, unit stride on D -> o (B, L, Hq * D) float32.
 void attention_f32(const float* qf, int B, int Hq, int L, int D, const mx::array& k,
@@ -355,63 +460,11 @@ void attention_f32(const float* qf, int B, int Hq, int L, int D, const mx::array
     return o + ((static_cast<int64_t>(b) * L + l) * Hq + static_cast<int64_t>(kh) * group) * D;
   };
   if (L <= kInPlaceRows) {
-    // A few query rows (decode, a short verify) read the cache in its dtype where it lies,
-    // split into chunks of keys over the pool; the chunks' partial softmax sums merge in a
-    // fixed order, so the result does not depend on the thread count.
-    const int chunks = (S + kKeyChunk - 1) / kKeyChunk;
-    const int tasks = B * Hkv * L * chunks;
-    std::vector<float> part(static_cast<size_t>(tasks) * group * (D + 2));
-    float* pm = part.data() + static_cast<size_t>(tasks) * group * D;
-    float* pl = pm + static_cast<size_t>(tasks) * group;
-    auto task = [&](int t) {
-      const int c = t % chunks, l = t / chunks % L, kh = t / chunks / L % Hkv;
-      const int b = t / chunks / L / Hkv;
-      const int rows = S - L + l + 1, lo = first_key(rows);
-      const int s0 = std::max(lo, c * kKeyChunk);
-      if (s0 >= rows || s0 >= (c + 1) * kKeyChunk) {
-        std::fill(pm + static_cast<ptrdiff_t>(t) * group,
-                  pm + static_cast<ptrdiff_t>(t + 1) * group, -INFINITY);
-        std::fill(pl + static_cast<ptrdiff_t>(t) * group,
-                  pl + static_cast<ptrdiff_t>(t + 1) * group, 0.0f);
-        return;
-      }
-      thread_local std::vector<float> sc;
-      if (sc.size() < static_cast<size_t>(group) * kKeyChunk)
-        sc.resize(static_cast<size_t>(group) * kKeyChunk);
-      AttnArgs a = base(b, kh);
-      a.q = q_at(b, kh, l);
-      a.s0 = s0;
-      a.s1 = std::min(rows, (c + 1) * kKeyChunk);
-      a.scores = sc.data();
-      a.out = part.data() + static_cast<size_t>(t) * group * D;
-      a.m = pm + static_cast<ptrdiff_t>(t) * group;
-      a.l = pl + static_cast<ptrdiff_t>(t) * group;
-      attend(a);
-    };
-    // A short decode step's attention is a few microseconds of work: no pool for it.
-    if (tasks > 1 && static_cast<int64_t>(L) * S * Hq * D >= (1 << 16)) {
-      parallel_for(tasks, task);
-    } else {
-      for (int t = 0; t < tasks; ++t) task(t);
-    }
-    for (int r = 0; r < B * Hkv * L; ++r) {
-      const int l = r % L, kh = r / L % Hkv, b = r / L / Hkv;
-      for (int g = 0; g < group; ++g) {
-        float mx = -INFINITY, sum = 0;
-        for (int c = 0; c < chunks; ++c) mx = std::max(mx, pm[(r * chunks + c) * group + g]);
-        float* dst = o_at(b, kh, l) + static_cast<int64_t>(g) * D;
-        std::fill(dst, dst + D, 0.0f);
-        for (int c = 0; c < chunks; ++c) {
-          const int t = r * chunks + c;
-          if (pl[t * group + g] == 0.0f) continue;
-          const float w = std::exp(pm[t * group + g] - mx);
-          sum += w * pl[t * group + g];
-          const float* src = part.data() + (static_cast<size_t>(t) * group + g) * D;
-          for (int d = 0; d < D; ++d) dst[d] += w * src[d];
-        }
-        for (int d = 0; d < D; ++d) dst[d] /= sum;
-      }
-    }
+    std::vector<DecodeRow> rows(B);
+    for (int b = 0; b < B; ++b)
+      rows[b] = {qf + static_cast<int64_t>(b) * Hq * L * D, &k, &v, b, S,
+                 o + static_cast<int64_t>(b) * L * Hq * D};
+    decode_attention(rows, Hq, L, D, scale, isa, window);
   } else {
     // A prefill chunk reads every key row L times: it converts each KV head to float32 once.
     std::vector<float> kf(static_cast<size_t>(S) * D), vf(kf.size());
@@ -658,6 +711,7 @@ class RowsDecodeAttention : public mx::Primitive {
       const int B = q.shape(0), Hq = q.shape(1), D = q.shape(3), Hkv = ins[1].shape(1);
       std::vector<float> qf(q.size()), kf(static_cast<size_t>(Hkv) * D), vf(kf.size());
       std::vector<float> o(q.size());
+      std::vector<DecodeRow> rows(B);
       for (int b = 0; b < B; ++b) {
         mx::array& kbuf = outs[1 + 2 * b];
         mx::array& vbuf = outs[2 + 2 * b];
@@ -673,9 +727,11 @@ class RowsDecodeAttention : public mx::Primitive {
         }
         write_rows_as(kf.data(), 1, Hkv, 1, D, offsets[b], kbuf);
         write_rows_as(vf.data(), 1, Hkv, 1, D, offsets[b], vbuf);
-        attention_f32(qb, 1, Hq, 1, D, kbuf, vbuf, offsets[b] + 1, scale, isa,
-                      o.data() + static_cast<int64_t>(b) * Hq * D);
+        rows[b] = {qb, &kbuf,          &vbuf,
+                   0,  offsets[b] + 1, o.data() + static_cast<int64_t>(b) * Hq * D};
       }
+      // All rows' attention in one parallel_for (each row's as it would run alone).
+      decode_attention(rows, Hq, 1, D, scale, isa, 0);
       from_f32(o.data(), outs[0]);
     });
   }
