@@ -73,6 +73,11 @@ LanguageModel LanguageModel::load(const std::filesystem::path& model, const Load
   };
   if (std::filesystem::exists(dir / "tokenizer.json")) load_tokenizer();
   LoadedWeights loaded = load_model(dir, options, shard);
+#ifdef __GLIBC__
+  // Tier L3's packed copies live in their own mappings: the checkpoint's bytes they replaced
+  // left holes in the malloc heap, handed back here (docs/memory.md).
+  malloc_trim(0);
+#endif
   if (!tok) load_tokenizer();
   std::vector<int> eos = merged_eos_ids(loaded.info, *tok);
   auto impl =

@@ -28,6 +28,8 @@ WeightStore::WeightStore(Weights weights, QuantConfig quant, std::string source)
     : weights_(std::move(weights)), quant_(std::move(quant)), source_(std::move(source)) {}
 
 mx::array WeightStore::take(const std::string& key, const mx::Shape& shape) {
+  check(!released_.count(key), source_, "tensor '", key,
+        "' taken again after its layer replaced it (WeightStore::release)");
   auto it = weights_.find(key);
   check(it != weights_.end(), source_, "missing tensor '", key, "', expected shape ",
         shape_str(shape));
@@ -37,9 +39,15 @@ mx::array WeightStore::take(const std::string& key, const mx::Shape& shape) {
   return it->second;
 }
 
+void WeightStore::release(const std::string& key) {
+  check(used_.count(key) > 0, source_, "tensor '", key, "' released before it was taken");
+  weights_.erase(key);
+  released_.insert(key);
+}
+
 std::optional<mx::array> WeightStore::take_optional(const std::string& key,
                                                     const mx::Shape& shape) {
-  if (!has(key)) return std::nullopt;
+  if (!has(key) && !released_.count(key)) return std::nullopt;
   return take(key, shape);
 }
 

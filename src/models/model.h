@@ -52,6 +52,10 @@ class WeightStore {
   bool has(const std::string& key) const { return weights_.count(key) > 0; }
   mx::array take(const std::string& key, const mx::Shape& shape);
   std::optional<mx::array> take_optional(const std::string& key, const mx::Shape& shape);
+  // Drops the store's reference to a taken tensor that its layer replaced (tier L3's packed copy
+  // in place, float16 scales), so its bytes go while the load goes on, not after it. The key
+  // stays used; taking it again is an error.
+  void release(const std::string& key);
   // mlx-lm's class_predicate: a config entry for the module wins, else quantized iff
   // `<path>.scales` exists, with the default bits and group size.
   std::optional<QuantSpec> quant_for(const std::string& module_path, int in_dims) const;
@@ -83,7 +87,7 @@ class WeightStore {
   Weights weights_;
   std::optional<ShardSpec> shard_;
   bool shard_consumed_ = false;
-  std::set<std::string> used_;
+  std::set<std::string> used_, released_;
   QuantConfig quant_;
   std::string source_;
   bool cpu_kernels_ = false;

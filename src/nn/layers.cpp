@@ -42,16 +42,29 @@ bool use_cpu_kernel(const WeightStore& w, const QuantSpec& q, const mx::array& s
 // Tier L3 streams every weight byte once per token, and float32 scales and biases cost 2 of the
 // 6 bits per weight of a 4-bit group-32 layer. Where both are float16 values exactly (a GGUF's
 // Q4_1 / Q8_0 converted losslessly), they are kept as float16: the same numbers, 17% fewer bytes.
-void compact_scales(mx::array& scales, mx::array& biases) {
-  if (scales.dtype() != mx::float32 || biases.dtype() != mx::float32) return;
+// Returns whether it did.
+bool compact_scales(mx::array& scales, mx::array& biases) {
+  if (scales.dtype() != mx::float32 || biases.dtype() != mx::float32) return false;
   auto exact = [](const mx::array& a) {
     return mx::all(mx::equal(mx::astype(mx::astype(a, mx::float16), mx::float32), a));
   };
   mx::array ok = mx::logical_and(exact(scales), exact(biases));
-  if (!ok.item<bool>()) return;  // a load-time check, not inside a forward
+  if (!ok.item<bool>()) return false;  // a load-time check, not inside a forward
   scales = mx::astype(scales, mx::float16);
   biases = mx::astype(biases, mx::float16);
   mx::eval(scales, biases);
+  return true;
+}
+
+// Tier L3's single copy of a weight (kernels/cpu/qmm.h pack_in_place): the checkpoint's arrays
+// the layer holds or replaced leave the store at once, so the load never holds every tensor
+// twice. weight: the layer is about to pack its weight in place.
+void release_replaced(WeightStore& w, const std::string& path, bool weight, bool compacted) {
+  if (weight) w.release(path + ".weight");
+  if (compacted) {
+    w.release(path + ".scales");
+    w.release(path + ".biases");
+  }
 }
 
 // Tier L3 on the GPU: the store asks for it and the CUDA kernel handles the layout and shape
@@ -141,8 +154,19 @@ Linear Linear::load(WeightStore& w, const std::string& path, int in, int out, bo
   if (w.cpu_kernels() && widen_mxfp4_weight(l.weight, l.scales, l.biases, l.quant))
     l.cpu_kernel = l.from_mxfp4 = true;
   if (l.cpu_kernel) {
-    compact_scales(*l.scales, *l.biases);
-    kernels::cpu::prepack(l.weight, *l.scales, *l.biases, l.quant->group_size, l.quant->bits);
+    const bool compacted = !l.from_mxfp4 && compact_scales(*l.scales, *l.biases);
+    // One copy of the weight (docs/cpu.md): its packed copy in place of MLX's bytes where the
+    // calls use it and no adapter reads the base weight (DoRA dequantizes it). The store lets go
+    // of what the layer holds first, so the packing can consume MLX's bytes.
+    if (!l.from_mxfp4) release_replaced(w, path, l.adapters.empty(), compacted);
+    std::optional<mx::array> packed;
+    if (l.adapters.empty())
+      packed = kernels::cpu::pack_in_place(l.weight, *l.scales, *l.biases, l.quant->group_size,
+                                           l.quant->bits, /*consume=*/true);
+    if (packed)
+      l.weight = *packed;
+    else
+      kernels::cpu::prepack(l.weight, *l.scales, *l.biases, l.quant->group_size, l.quant->bits);
   }
   return l;
 }
@@ -179,6 +203,7 @@ mx::array Linear::base(const mx::array& x) const {
 
 Embedding Embedding::load(WeightStore& w, const std::string& path, int vocab, int dims) {
   Embedding e;
+  bool compacted = false;
   e.quant = w.quant_for(path, dims);
   if (e.quant) {
     check_quant(path, dims, *e.quant, w.source());
@@ -189,13 +214,23 @@ Embedding Embedding::load(WeightStore& w, const std::string& path, int vocab, in
     e.cuda_kernel = use_cuda_kernel(w, *e.quant, *e.scales, e.biases, vocab, dims);
     if (e.cpu_kernel) {
       e.lookup_dtype = e.scales->dtype();
-      compact_scales(*e.scales, *e.biases);
+      compacted = compact_scales(*e.scales, *e.biases);
     }
   } else {
     e.weight = w.take(path + ".weight", {vocab, dims});
   }
   if (w.adapters()) e.adapters = w.adapters()->embedding(path, e, vocab, dims);
   if (w.router()) e.routed = {w.router(), w.router()->add_site({path, true, vocab, dims})};
+  // One copy (as Linear's): the head's packed copy, which the lookup gathers its rows from.
+  if (e.cpu_kernel) release_replaced(w, path, e.adapters.empty(), compacted);
+  if (e.cpu_kernel && e.adapters.empty()) {
+    if (auto packed = kernels::cpu::pack_in_place(e.weight, *e.scales, *e.biases,
+                                                  e.quant->group_size, e.quant->bits,
+                                                  /*consume=*/true)) {
+      e.weight = *packed;
+      e.packed_in_place = true;
+    }
+  }
   return e;
 }
 
@@ -217,8 +252,10 @@ mx::array Embedding::lookup(const mx::array& ids) const {
   if (quant) {
     std::optional<mx::array> b;
     if (biases) b = mx::take(*biases, ids, 0);
-    mx::array e = mx::dequantize(mx::take(weight, ids, 0), mx::take(*scales, ids, 0), b,
-                                 quant->group_size, quant->bits, quant->mode);
+    mx::array rows =
+        packed_in_place ? kernels::cpu::packed_take(weight, ids) : mx::take(weight, ids, 0);
+    mx::array e = mx::dequantize(rows, mx::take(*scales, ids, 0), b, quant->group_size, quant->bits,
+                                 quant->mode);
     return lookup_dtype && e.dtype() != *lookup_dtype ? mx::astype(e, *lookup_dtype) : e;
   }
   return mx::take(weight, ids, 0);

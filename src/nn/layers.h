@@ -109,6 +109,7 @@ struct Embedding {
   bool cpu_kernel = false;                // tier L3: as_linear runs kernels/cpu/qmm.h
   bool cuda_kernel = false;               // tier L3 on CUDA: as_linear runs kernels/cuda/qmm.h
   std::optional<mx::Dtype> lookup_dtype;  // L3: the checkpoint's scale dtype, before compacting
+  bool packed_in_place = false;           // L3: weight holds the packed copy (qmm.h pack_in_place)
   std::vector<std::shared_ptr<const EmbeddingAdapter>> adapters;
   RoutedSite routed;
 

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <tuple>
@@ -405,6 +406,96 @@ TEST(QmmInt8, PackedCopiesFollowTheirWeights) {
   owner = std::make_shared<int>(0);  // a's owner is gone; b's buffer has its address
   EXPECT_EQ(bytes(at(b, owner)), pb);
   EXPECT_EQ(bytes(kc::qweight(a.w, a.scales, a.biases, gs, 4)), pa) << "a live weight's copy";
+}
+
+// Issue 26: a 5/6-bit weight on the packed kernel is held once more, as its packed copy, not
+// also as the byte-wide copy the packing reads (made for the packing only), at load and after
+// calls of every row count; the results are the ones QmmWidened checks.
+TEST(QmmInt8, PackedFiveAndSixBitWeightsKeepNoByteWideCopy) {
+  if (!kc::int8_packed(kc::active_isa()) || kc::int8_max_bits(kc::active_isa()) < 8 ||
+      kc::int8_mode() == kc::Int8Mode::off || !kc::widening())
+    GTEST_SKIP() << "no packed int8 kernel here (AVX512-VNNI), or LMX_CPU_INT8/WIDEN/PACK off";
+  for (int bits : {5, 6}) {
+    const int N = 1030, K = 640, gs = 32;
+    Quantized q = quantize(N, K, gs, bits, mx::float32, 40 + bits);
+    mx::eval(q.w, q.scales, q.biases);
+    const kc::KernelCopies before = kc::kernel_copies();
+    kc::prepack(q.w, q.scales, q.biases, gs, bits);
+    kc::KernelCopies after = kc::kernel_copies();
+    EXPECT_EQ(after.widened, before.widened) << bits << "-bit: a byte-wide copy kept at load";
+    // (Packing also drops the copies of freed weights: no exact growth to expect.)
+    EXPECT_GE(after.packed, static_cast<size_t>(N) * K) << bits << "-bit: no packed copy";
+    for (int M : {1, 64}) {
+      mx::array x = mx::random::normal({M, K}, mx::float32, mx::random::key(M));
+      mx::eval(kc::quantized_matmul(x, q.w, q.scales, q.biases,
+                                    {.group_size = gs,
+                                     .bits = bits,
+                                     .isa = std::nullopt,
+                                     .out_dtype = std::nullopt,
+                                     .int8 = kc::Int8Mode::all}));
+    }
+    after = kc::kernel_copies();
+    EXPECT_EQ(after.widened, before.widened) << bits << "-bit: a byte-wide copy made by a call";
+  }
+}
+
+// Issue 26: a weight packed in place (the packed copy as the weight's only bytes; 5/6-bit ones
+// packed from their byte-wide copy) gives every path the results of the weight it replaced, bit
+// for bit: the packed kernel, and the float and unpacked int8 kernels (packing or the int8 path
+// off after packing), which rebuild MLX's layout; packed_take's rows are mx::take's. Its bytes
+// are counted while it lives.
+TEST(QmmInt8, PackedInPlaceGivesTheWeightsResults) {
+  if (!kc::int8_packed(kc::active_isa()) || kc::int8_mode() == kc::Int8Mode::off)
+    GTEST_SKIP() << "no packed int8 kernel here (AVX512-VNNI), or LMX_CPU_INT8/PACK off";
+  const kc::Isa isa = kc::active_isa();
+  ASSERT_TRUE(kc::widening()) << "LMX_CPU_WIDEN=0 set for the unit tests";
+  uint64_t seed = 500;
+  for (int bits : {4, 5, 6, 8}) {
+    for (int gs : {32, 64}) {
+      for (mx::Dtype dt : {mx::float32, mx::float16, mx::bfloat16}) {
+        const int N = 67, K = 256;  // a last block of 3 rows: padding
+        Quantized q = quantize(N, K, gs, bits, dt, seed++);
+        mx::eval(q.w, q.scales, q.biases);
+        const size_t held = kc::kernel_copies().in_place;
+        std::optional<mx::array> p = kc::pack_in_place(q.w, q.scales, q.biases, gs, bits);
+        ASSERT_TRUE(p.has_value());
+        EXPECT_TRUE(kc::packed_in_place(*p));
+        EXPECT_FALSE(kc::packed_in_place(q.w));
+        EXPECT_EQ(p->shape(), q.w.shape());
+        EXPECT_GE(kc::kernel_copies().in_place, held + q.w.nbytes());
+        const std::string where = std::to_string(bits) + "-bit g" + std::to_string(gs);
+        for (int M : {1, 5, 64}) {
+          mx::array x = mx::random::normal({M, K}, mx::float32, mx::random::key(seed++));
+          for (kc::Int8Mode m : {kc::Int8Mode::all, kc::Int8Mode::best, kc::Int8Mode::off}) {
+            for (bool pack : {true, false}) {
+              kc::set_packing(pack);
+              auto run = [&](const mx::array& w) {
+                return kc::quantized_matmul(x, w, q.scales, q.biases,
+                                            {.group_size = gs,
+                                             .bits = bits,
+                                             .isa = isa,
+                                             .out_dtype = std::nullopt,
+                                             .int8 = m});
+              };
+              const mx::array want = run(q.w), got = run(*p);
+              kc::set_packing(true);
+              EXPECT_TRUE(mx::array_equal(got, want).item<bool>())
+                  << where << " M=" << M << " int8 " << static_cast<int>(m) << " packing " << pack;
+            }
+          }
+        }
+        const mx::array ids = mx::array({0, 66, 5, 16, 15, 5, 64}, {7}, mx::int32);
+        EXPECT_TRUE(mx::array_equal(kc::packed_take(*p, ids), mx::take(q.w, ids, 0)).item<bool>())
+            << where;
+        const mx::array all = mx::reshape(mx::arange(N, mx::int32), {1, N});
+        EXPECT_TRUE(mx::array_equal(kc::packed_take(*p, all), mx::take(q.w, all, 0)).item<bool>())
+            << where;
+        p.reset();
+        EXPECT_EQ(kc::kernel_copies().in_place, held) << where << ": freed with its array";
+      }
+    }
+  }
+  kc::set_packing(true);
 }
 
 TEST(QmmInt8, OtherWidthsAndLargeCallsUseTheFloatKernel) {

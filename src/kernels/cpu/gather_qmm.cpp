@@ -240,9 +240,11 @@ void prepack_experts(const mx::array& w, const mx::array& scales, const mx::arra
                     bits,
                     w.data_shared_ptr()};
   for (int e = 0; e < w.shape(0); ++e) {
-    QWeight q = expert(all, e);
-    if (wide) q = widened_weight(q);
-    if (pack) packed_weight(q);
+    const QWeight q = expert(all, e);
+    if (pack)
+      packed_weight(q);  // a 5/6-bit expert's byte-wide copy only while it is packed
+    else
+      widened_weight(q);
   }
 }
 

@@ -339,15 +339,45 @@ uint32_t spread_nibbles(uint32_t x) {
   return (x & 0xFu) | (x & 0xF0u) << 4 | (x & 0xF00u) << 8 | (x & 0xF000u) << 12;
 }
 
+// spread_nibbles' inverse: the low nibbles of bytes 0-3 -> nibbles 0-3.
+uint32_t gather_nibbles(uint32_t x) {
+  return (x & 0xFu) | (x >> 4 & 0xF0u) | (x >> 8 & 0xF00u) | (x >> 12 & 0xF000u);
+}
+
+void pack_blocks(const QWeight& w, unsigned char* out, int b0, int b1, long ss, int groups,
+                 long wbytes, long gbytes, long row_bytes);
+
 // MLX's layout -> the packed one (QmmI8Kernel::packed_rows), one block of rows per task.
-void pack(const QWeight& w, unsigned char* out) {
+// consume: w.w's pages are handed back to the system as their rows are packed (w's owner is
+// about to free them and nothing else reads them), so the packing never holds both whole.
+void pack(const QWeight& w, unsigned char* out, bool consume = false) {
   const long ss = scale_bytes(w.scale_type);
   const int groups = w.K / w.group_size;
   const long wbytes = pack_weight_bytes(w.group_size, w.bits);
   const long gbytes = pack_group_bytes(w.group_size, w.bits, w.scale_type);
   const long row_bytes = static_cast<long>(w.K) * w.bits / 8;
   const int blocks = (w.N + kPackRows - 1) / kPackRows;
-  parallel_for(blocks, [&](int b) {
+  // Chunks of blocks (4 MiB of w, at least one block) in order when consuming, else one.
+  const int chunk = consume ? std::max<int>(1, (4L << 20) / (row_bytes * kPackRows)) : blocks;
+  for (int b0 = 0; b0 < blocks; b0 += chunk) {
+    const int b1 = std::min(blocks, b0 + chunk);
+    pack_blocks(w, out, b0, b1, ss, groups, wbytes, gbytes, row_bytes);
+    if (!consume) continue;
+    // The whole pages of w's bytes before the last row packed so far.
+    const uintptr_t page = 4096, start = reinterpret_cast<uintptr_t>(w.w);
+    const uintptr_t a = (start + page - 1) / page * page,
+                    e = (start +
+                         std::min<long>(w.N, static_cast<long>(b1) * kPackRows) * row_bytes) /
+                        page * page;
+    if (e > a) madvise(reinterpret_cast<void*>(a), e - a, MADV_DONTNEED);
+  }
+}
+
+// Blocks [b0, b1) of pack.
+void pack_blocks(const QWeight& w, unsigned char* out, int b0, int b1, long ss, int groups,
+                 long wbytes, long gbytes, long row_bytes) {
+  parallel_for(b1 - b0, [&, b0](int t) {
+    const int b = b0 + t;
     unsigned char* blk =
         out + static_cast<long>(b) * groups * gbytes;  // a fresh mapping: padding rows stay 0
     for (int r = 0; r < kPackRows && b * kPackRows + r < w.N; ++r) {
@@ -378,55 +408,101 @@ void pack(const QWeight& w, unsigned char* out) {
 struct Mapping {
   unsigned char* p = nullptr;
   size_t bytes = 0;
-  explicit Mapping(size_t n) : bytes(n) {
+  std::atomic<size_t>* held;  // the live bytes of this kind of copy (kernel_copies())
+  Mapping(size_t n, std::atomic<size_t>& count) : bytes(n), held(&count) {
     void* m = mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     check(m != MAP_FAILED, "quantized_matmul", "out of memory packing a weight of ", n, " bytes");
     madvise(m, n, MADV_HUGEPAGE);
     p = static_cast<unsigned char*>(m);
+    *held += bytes;
   }
   Mapping(const Mapping&) = delete;
   Mapping& operator=(const Mapping&) = delete;
-  ~Mapping() { munmap(p, bytes); }
+  ~Mapping() {
+    munmap(p, bytes);
+    *held -= bytes;
+  }
 };
+
+std::atomic<size_t> packed_held{0}, widened_held{0}, in_place_held{0};
 
 struct Packed {
   std::weak_ptr<void> owner;
   const void* scales;
   int N, K, group_size, bits;
-  std::unique_ptr<Mapping> data;
+  ScaleType scale_type;
+  std::unique_ptr<Mapping> data;  // null for a copy in place (pack_in_place): its array owns it
+  const unsigned char* p;         // the packed bytes
 };
 
-}  // namespace
-
-// The owner's control block, not the address, names the weight: a freed buffer's address can
-// return.
-const unsigned char* packed_weight(const QWeight& w) {
-  static std::mutex mu;
-  static std::unordered_map<const unsigned char*, Packed> cache;
-  std::lock_guard<std::mutex> lock(mu);
-  auto it = cache.find(w.w);
-  if (it != cache.end()) {
-    const Packed& p = it->second;
-    const bool same_owner = !p.owner.owner_before(w.owner) && !w.owner.owner_before(p.owner);
-    if (same_owner && !p.owner.expired() && p.scales == w.scales && p.N == w.N && p.K == w.K &&
-        p.group_size == w.group_size && p.bits == w.bits)
-      return p.data->p;
-    cache.erase(it);
-  }
-  for (auto i = cache.begin(); i != cache.end();)  // drop the copies of freed weights
-    i = i->second.owner.expired() ? cache.erase(i) : std::next(i);
-  Packed p{w.owner,
-           w.scales,
-           w.N,
-           w.K,
-           w.group_size,
-           w.bits,
-           std::make_unique<Mapping>(static_cast<size_t>(packed_bytes(w)))};
-  pack(w, p.data->p);
-  return cache.emplace(w.w, std::move(p)).first->second.data->p;
+bool same_weight(const Packed& p, const QWeight& w) {
+  const bool same_owner = !p.owner.owner_before(w.owner) && !w.owner.owner_before(p.owner);
+  return same_owner && !p.owner.expired() && p.scales == w.scales && p.N == w.N && p.K == w.K &&
+         p.group_size == w.group_size && p.bits == w.bits;
 }
 
-namespace {
+// Every packed copy, named by the weight's bytes (for a copy in place, its own).
+struct PackedCache {
+  std::mutex mu;
+  std::unordered_map<const unsigned char*, Packed> map;
+  void drop_expired() {  // the copies of freed weights
+    for (auto i = map.begin(); i != map.end();)
+      i = i->second.owner.expired() ? map.erase(i) : std::next(i);
+  }
+};
+PackedCache& packed_cache() {
+  static PackedCache c;
+  return c;
+}
+
+// The layout of a packed copy's bytes.
+struct PackedRows {
+  int N, K, group_size, bits;
+  ScaleType scale_type;
+  const unsigned char* p;
+};
+
+// w's layout when its bytes are a copy in place, else nullopt.
+std::optional<PackedRows> in_place(const unsigned char* w, const std::weak_ptr<void>& owner) {
+  PackedCache& c = packed_cache();
+  std::lock_guard<std::mutex> lock(c.mu);
+  auto it = c.map.find(w);
+  if (it == c.map.end() || it->second.data || it->second.owner.expired() ||
+      it->second.owner.owner_before(owner) || owner.owner_before(it->second.owner))
+    return std::nullopt;
+  const Packed& p = it->second;
+  return PackedRows{p.N, p.K, p.group_size, p.bits, p.scale_type, p.p};
+}
+
+// The packed layout's row n -> its MLX bytes (K * bits / 8) at out: pack's inverse. A 5/6-bit
+// weight's copy was packed from its byte-wide bytes (8 bits), narrowed back here.
+void unpack_row(const PackedRows& p, long n, unsigned char* out) {
+  const bool wide = p.bits == 5 || p.bits == 6;
+  const int bits = wide ? 8 : p.bits;
+  std::vector<unsigned char> bytes(wide ? p.K : 0);
+  unsigned char* dst = wide ? bytes.data() : out;
+  const int groups = p.K / p.group_size;
+  const long gbytes = pack_group_bytes(p.group_size, bits, p.scale_type);
+  const long b = n / kPackRows, r = n % kPackRows;
+  const unsigned char* blk = p.p + b * groups * gbytes;
+  for (int g = 0; g < groups; ++g) {
+    const unsigned char* gp = blk + g * gbytes;
+    unsigned char* q = dst + static_cast<long>(g) * p.group_size * bits / 8;
+    for (int step = 0; step < p.group_size * bits / 32; ++step) {
+      uint32_t u;
+      std::memcpy(&u, gp + 64L * step + 4L * r, 4);
+      if (bits == 4)
+        u = gather_nibbles(u & 0x0F0F0F0Fu) | gather_nibbles(u >> 4 & 0x0F0F0F0Fu) << 16;
+      std::memcpy(q + 4L * step, &u, 4);
+    }
+  }
+  if (!wide) return;
+  for (long k = 0; k < p.K; k += 8) {  // widen's inverse: 8 values in `bits` bytes, LSB first
+    uint64_t u = 0;
+    for (int j = 0; j < 8; ++j) u |= static_cast<uint64_t>(bytes[k + j]) << (j * p.bits);
+    std::memcpy(out + k / 8 * p.bits, &u, p.bits);
+  }
+}
 
 // MLX's 5/6-bit rows (element k in bits [k * bits, (k + 1) * bits), LSB first: 8 elements in
 // `bits` bytes) -> one byte per element, as MLX's 8-bit layout stores 0..255.
@@ -446,6 +522,140 @@ void widen(const QWeight& w, unsigned char* out) {
     }
   });
 }
+
+}  // namespace
+
+// The owner's control block, not the address, names the weight: a freed buffer's address can
+// return.
+const unsigned char* packed_weight(const QWeight& w) {
+  PackedCache& c = packed_cache();
+  std::lock_guard<std::mutex> lock(c.mu);
+  auto it = c.map.find(w.w);
+  if (it != c.map.end()) {
+    const Packed& p = it->second;
+    if (same_weight(p, w)) return p.p;
+    // A live weight packed in place is its packed copy: there are no MLX bytes to pack again.
+    check(p.data || p.owner.expired() || p.owner.owner_before(w.owner) ||
+              w.owner.owner_before(p.owner),
+          "quantized_matmul", "a weight packed in place met other scales or another layout than ",
+          "it was packed with");
+    c.map.erase(it);
+  }
+  c.drop_expired();
+  // A 5/6-bit weight is packed from its byte-wide copy (widened_weight's bytes), made here for
+  // the packing only and dropped after it: the packed kernel reads nothing else.
+  QWeight src = w;
+  std::unique_ptr<Mapping> wide;
+  if (w.bits == 5 || w.bits == 6) {
+    wide = std::make_unique<Mapping>(static_cast<size_t>(w.N) * w.K, widened_held);
+    widen(w, wide->p);
+    src.w = wide->p;
+    src.bits = 8;
+  }
+  auto data = std::make_unique<Mapping>(static_cast<size_t>(packed_bytes(src)), packed_held);
+  pack(src, data->p);
+  const unsigned char* p = data->p;
+  c.map.emplace(w.w, Packed{w.owner, w.scales, w.N, w.K, w.group_size, w.bits, w.scale_type,
+                            std::move(data), p});
+  return p;
+}
+
+namespace {
+
+// An array over a buffer of `bytes` in its own anonymous mapping (as a Mapping: outside the
+// malloc heap, where the packed copies made prefill 12-15% slower, and on huge pages where the
+// kernel allows), freed with the array. MLX's CPU buffers keep their size in the 8 bytes before
+// the data (checked here: where they do not, MLX's allocator gives the buffer).
+mx::array in_place_array(size_t bytes, const mx::Shape& shape, mx::Dtype dtype) {
+  constexpr size_t kHead = 4096;  // the data page-aligned, MLX's header at the end of this page
+  const size_t total = kHead + bytes;
+  void* m = mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  check(m != MAP_FAILED, "quantized_matmul", "out of memory packing a weight of ", bytes, " bytes");
+  auto* base = static_cast<unsigned char*>(m);
+  mx::allocator::Buffer buf(base + kHead - sizeof(size_t));
+  in_place_held += bytes;
+  if (buf.raw_ptr() != base + kHead) {  // another buffer layout: MLX's allocator
+    munmap(m, total);
+    return mx::array(mx::allocator::Data(mx::allocator::allocator().malloc(bytes),
+                                         [bytes](mx::allocator::Buffer b) {
+                                           mx::allocator::allocator().free(b);
+                                           in_place_held -= bytes;
+                                         }),
+                     shape, dtype);
+  }
+  std::memcpy(base + kHead - sizeof(size_t), &bytes, sizeof(size_t));
+  madvise(base + kHead, bytes, MADV_HUGEPAGE);
+  return mx::array(mx::allocator::Data(buf,
+                                       [base, total, bytes](mx::allocator::Buffer) {
+                                         munmap(base, total);
+                                         in_place_held -= bytes;
+                                       }),
+                   shape, dtype);
+}
+
+// Hands the whole pages of [p, p + n) back to the system (their bytes read as 0 after it).
+void drop_pages(const unsigned char* p, size_t n) {
+  const uintptr_t page = 4096, a = (reinterpret_cast<uintptr_t>(p) + page - 1) / page * page,
+                  e = (reinterpret_cast<uintptr_t>(p) + n) / page * page;
+  if (e > a) madvise(reinterpret_cast<void*>(a), e - a, MADV_DONTNEED);
+}
+
+}  // namespace
+
+std::optional<mx::array> pack_in_place(const mx::array& w, const mx::array& scales,
+                                       const mx::array& biases, int group_size, int bits,
+                                       bool consume) {
+  const Isa isa = active_isa();
+  const bool wide = widened_bits(bits);  // packed from its byte-wide copy, as packed_weight does
+  if (int8_mode() == Int8Mode::off || !int8_packed(isa) || (bits != 4 && bits != 8 && !wide) ||
+      int8_max_bits(isa) < (wide ? 8 : bits) || w.ndim() != 2 || w.dtype() != mx::uint32)
+    return std::nullopt;
+  mx::eval(w, scales, biases);
+  if (!w.flags().row_contiguous || !scales.flags().row_contiguous || !biases.flags().row_contiguous)
+    return std::nullopt;  // the kernel's own error at the first call
+  const QWeight q = qweight(w, scales, biases, group_size, bits);
+  QWeight src = q;
+  std::unique_ptr<Mapping> bytewide;
+  if (wide) {
+    bytewide = std::make_unique<Mapping>(static_cast<size_t>(q.N) * q.K, widened_held);
+    widen(q, bytewide->p);
+    src.w = bytewide->p;
+    src.bits = 8;
+    if (consume && w.is_donatable()) drop_pages(q.w, w.nbytes());  // read: the copy has them
+  }
+  const size_t bytes = static_cast<size_t>(packed_bytes(src));
+  check(bytes >= w.nbytes(), "pack_in_place", "a packed copy of ", bytes,
+        " bytes is smaller than the weight's ", w.nbytes());
+  mx::array out = in_place_array(bytes, w.shape(), w.dtype());
+  auto* p = out.data<unsigned char>();
+  // Padding rows 0 (the last block's); pack writes every other byte, so the pages of the copy
+  // are touched as it goes while w's go (consume).
+  const long last =
+      packed_bytes(src) -
+      (src.K / src.group_size) * pack_group_bytes(src.group_size, src.bits, src.scale_type);
+  std::memset(p + last, 0, bytes - last);
+  // w's own pages go as they are packed where w is its caller's only handle on them.
+  pack(src, p, consume && !wide && w.is_donatable());
+  bytewide.reset();
+  PackedCache& c = packed_cache();
+  std::lock_guard<std::mutex> lock(c.mu);
+  c.map.erase(p);
+  c.drop_expired();
+  c.map.emplace(p, Packed{out.data_shared_ptr(), q.scales, q.N, q.K, group_size, bits, q.scale_type,
+                          nullptr, p});
+  return out;
+}
+
+bool packed_in_place(const mx::array& w) {
+  return w.ndim() == 2 && w.dtype() == mx::uint32 && w.data_shared_ptr() &&
+         in_place(w.data<unsigned char>(), w.data_shared_ptr()).has_value();
+}
+
+KernelCopies kernel_copies() {
+  return {packed_held.load(), widened_held.load(), in_place_held.load()};
+}
+
+namespace {
 
 struct Widened {
   std::weak_ptr<void> owner;
@@ -486,7 +696,7 @@ QWeight widened_weight(const QWeight& w) {
             w.K,
             w.group_size,
             w.bits,
-            std::make_shared<Mapping>(static_cast<size_t>(w.N) * w.K)};
+            std::make_shared<Mapping>(static_cast<size_t>(w.N) * w.K, widened_held)};
   widen(w, c.data->p);
   return as_8bit(cache.emplace(w.w, std::move(c)).first->second);
 }
@@ -546,17 +756,30 @@ void prepack(const mx::array& w, const mx::array& scales, const mx::array& biase
   // Other layouts keep the kernel's own error at the first call.
   if (!w.flags().row_contiguous || !scales.flags().row_contiguous || !biases.flags().row_contiguous)
     return;
-  QWeight q = qweight(w, scales, biases, group_size, bits);
-  if (wide) q = widened_weight(q);
-  if (pack) packed_weight(q);
+  const QWeight q = qweight(w, scales, biases, group_size, bits);
+  if (pack)
+    packed_weight(q);  // a 5/6-bit weight's byte-wide copy only while it is packed
+  else
+    widened_weight(q);
 }
 
 namespace {
 
+// The weight as the int8 kernels read it: a 5/6-bit one as 8 bits, through its packed copy
+// (packed_weight widens it for the packing only) or else its byte-wide copy (widened_weight).
+QWeight int8_layout(const QWeight& w, bool packed) {
+  if (!widened_bits(w.bits)) return w;
+  if (!packed) return widened_weight(w);
+  QWeight q = w;  // its bytes are read from packed_weight(w)
+  q.bits = 8;
+  return q;
+}
+
+// ws: the weights as stored (5/6-bit ones too, taken as int8_layout).
 void qmm_i8(int n, const QWeight* ws, const float* x, int M, float* const* outs, Isa isa) {
-  const QWeight& w = ws[0];
   const QmmI8Kernel kernel = i8_kernel(isa);
   const bool packed = kernel.packed_rows && packing();
+  const QWeight w = int8_layout(ws[0], packed);
   const bool tile = !packed && kernel.tile_rows && (M >= kernel.tile_min_rows || w.bits == 8);
   thread_local I8Rows xq;  // reused across calls: a decode step makes hundreds
   xq.q.resize(static_cast<size_t>(M) * 2 * w.K);
@@ -576,7 +799,7 @@ void qmm_i8(int n, const QWeight* ws, const float* x, int M, float* const* outs,
   std::vector<QmmI8Args> args(n);
   for (int i = 0; i < n; ++i) {
     QmmI8Args& a = args[i];
-    set_weight(a, ws[i], M, outs[i]);
+    set_weight(a, int8_layout(ws[i], packed), M, outs[i]);
     a.x16 = xq.q16.data();
     if (packed) a.w = packed_weight(ws[i]);
     a.xq = xq.q.data();
@@ -641,13 +864,31 @@ void qmm_f32_shared(const QWeight* ws, int n, const float* x, int M, float* cons
     for (int i = 0; i < n; ++i) qmm_f32_shared(ws + i, 1, x, M, outs + i, isa, int8);
     return;
   }
-  if (uses_int8(ws[0], M, isa, int8)) {
-    if (widened_bits(ws[0].bits)) {  // the int8 kernels read the byte-wide copy as 8-bit
-      std::vector<QWeight> wide(ws, ws + n);
-      for (QWeight& w : wide) w = widened_weight(w);
-      qmm_i8(n, wide.data(), x, M, outs, isa);
+  const bool int8_path = uses_int8(ws[0], M, isa, int8);
+  if ((!int8_path || !i8_kernel(isa).packed_rows || !packing()) && in_place_held.load() > 0) {
+    // A weight packed in place has no MLX layout to read: the paths other than the packed
+    // kernel (LMX_CPU_INT8=0, LMX_CPU_PACK=0 after the load) read it rebuilt for the call.
+    std::vector<QWeight> plain(ws, ws + n);
+    std::vector<std::vector<unsigned char>> bytes;
+    for (QWeight& w : plain) {
+      const std::optional<PackedRows> p = in_place(w.w, w.owner);
+      if (!p) continue;
+      const long row = static_cast<long>(w.K) * w.bits / 8;
+      bytes.emplace_back(static_cast<size_t>(w.N) * row);
+      unsigned char* out = bytes.back().data();
+      parallel_for((w.N + 63) / 64, [&](int t) {
+        for (long r = 64L * t; r < std::min<long>(w.N, 64L * t + 64); ++r)
+          unpack_row(*p, r, out + r * row);
+      });
+      w.w = out;
+      w.owner = {};
+    }
+    if (!bytes.empty()) {
+      qmm_f32_shared(plain.data(), n, x, M, outs, isa, int8);
       return;
     }
+  }
+  if (int8_path) {
     qmm_i8(n, ws, x, M, outs, isa);
   } else {
     qmm_float(n, ws, x, M, outs, isa);
@@ -718,6 +959,65 @@ mx::array quantized_matmul(const mx::array& x, const mx::array& w, const mx::arr
       {x, w, scales, biases});
 }
 
+namespace {
+
+// packed_take: rows of a weight packed in place, rebuilt in MLX's layout.
+class LmxPackedTake : public mx::UnaryPrimitive {
+ public:
+  explicit LmxPackedTake(mx::Stream s) : mx::UnaryPrimitive(s) {}
+
+  void eval_cpu(const std::vector<mx::array>& inputs, mx::array& out) override {
+    const mx::array& ids = inputs[0];
+    const mx::array& w = inputs[1];
+    const std::optional<PackedRows> p = in_place(w.data<unsigned char>(), w.data_shared_ptr());
+    check(p.has_value(), "packed_take", "the weight is not packed in place");
+    check(ids.flags().row_contiguous && ids.dtype() == mx::int32, "packed_take",
+          "expected row-contiguous int32 ids");
+    out.set_data(mx::allocator::malloc(out.nbytes()));
+    auto& enc = mx::cpu::get_command_encoder(stream());
+    enc.set_input_array(ids);
+    enc.set_input_array(w);
+    enc.set_output_array(out);
+    enc.dispatch([p = *p, ids = mx::array::unsafe_weak_copy(ids),
+                  out = mx::array::unsafe_weak_copy(out)]() mutable {
+      const long row = static_cast<long>(p.K) * p.bits / 8;
+      const int32_t* id = ids.data<int32_t>();
+      auto* o = out.data<unsigned char>();
+      for (size_t i = 0; i < ids.size(); ++i) {
+        // As MLX's take: a negative id counts from the end; one out of range (which take does
+        // not check) is clamped rather than read past the weight.
+        const long r = id[i] < 0 ? id[i] + p.N : id[i];
+        unpack_row(p, std::clamp<long>(r, 0, p.N - 1), o + static_cast<long>(i) * row);
+      }
+    });
+  }
+
+  void eval_gpu(const std::vector<mx::array>&, mx::array&) override {
+    fail("packed_take", "a weight packed in place has no GPU implementation");
+  }
+
+  const char* name() const override { return "LmxPackedTake"; }
+
+  bool is_equivalent(const mx::Primitive&) const override { return true; }
+
+  std::vector<mx::Shape> output_shapes(const std::vector<mx::array>& inputs) override {
+    mx::Shape s = inputs[0].shape();
+    s.push_back(inputs[1].shape(1));
+    return {s};
+  }
+};
+
+}  // namespace
+
+mx::array packed_take(const mx::array& w, const mx::array& ids) {
+  check(w.ndim() == 2 && w.dtype() == mx::uint32, "packed_take", "expected a 2-D uint32 weight");
+  mx::Shape shape = ids.shape();
+  shape.push_back(w.shape(1));
+  return mx::array(shape, mx::uint32,
+                   std::make_shared<LmxPackedTake>(mx::default_stream(mx::Device::cpu)),
+                   {mx::contiguous(mx::astype(ids, mx::int32)), w});
+}
+
 mx::array quantized_matmul_reference(const mx::array& x, const mx::array& w,
                                      const mx::array& scales, const mx::array& biases,
                                      int group_size, int bits) {
@@ -739,17 +1039,15 @@ void qmm_f32_pairs(const QWeight* ws, int n, const float* const* xs, const int* 
   std::vector<QmmArgs> af(n);
   std::vector<int> first(n + 1, 0);
   int max_k = 0;
+  const bool packed = kernel.packed_rows && packing();
   for (int i = 0; i < n; ++i) {
     const int M = Ms[i];
-    const QWeight w = M > 0 && widened_bits(ws[i].bits) && uses_int8(ws[i], M, isa, int8)
-                          ? widened_weight(ws[i])
-                          : ws[i];
+    const QWeight w = M > 0 && uses_int8(ws[i], M, isa, int8) ? int8_layout(ws[i], packed) : ws[i];
     max_k = std::max(max_k, w.K);
     first[i + 1] =
         first[i] + (M > 0 ? (w.N + rows_per_task(w.N, M) - 1) / rows_per_task(w.N, M) : 0);
     if (M <= 0) continue;
     if (uses_int8(w, M, isa, int8)) {
-      const bool packed = kernel.packed_rows && packing();
       const bool tile = !packed && kernel.tile_rows && (M >= kernel.tile_min_rows || w.bits == 8);
       path[i] = packed ? Path::packed : tile ? Path::tile : Path::rows;
       I8Rows& q = xq[i];
@@ -769,7 +1067,7 @@ void qmm_f32_pairs(const QWeight* ws, int n, const float* const* xs, const int* 
       QmmI8Args& a = a8[i];
       set_weight(a, w, M, outs[i]);
       a.x16 = q.q16.data();
-      if (packed) a.w = packed_weight(w);
+      if (packed) a.w = packed_weight(ws[i]);
       a.xq = q.q.data();
       a.xd = q.d.data();
       a.xsum = q.sum.data();

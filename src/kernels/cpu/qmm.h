@@ -4,6 +4,7 @@
 
 #include <mlx/mlx.h>
 
+#include <cstddef>
 #include <memory>
 #include <optional>
 #include <string>
@@ -110,16 +111,42 @@ QWeight qweight(const mx::array& w, const mx::array& scales, const mx::array& bi
                 int group_size, int bits);
 IsaKernels kernels_for(Isa isa);  // an error when the CPU or the build lacks it
 // w's packed copy (qmm_args.h kPackRows), made on first use and kept while w.owner lives; a
-// weight 4- or 8-bit with its group size dividing K.
+// weight 4- or 8-bit with its group size dividing K, or 5/6-bit: then the packed copy of its
+// byte-wide copy (an 8-bit layout), which is made for the packing only and not kept.
 const unsigned char* packed_weight(const QWeight& w);
+// The bytes of the kernels' own weight copies alive now (packed, byte-wide), for tests and
+// memory accounting.
+// in_place: the packed copies that replaced MLX's bytes (pack_in_place).
+struct KernelCopies {
+  size_t packed = 0, widened = 0, in_place = 0;
+};
+KernelCopies kernel_copies();
+// Tier L3's single copy of a weight (issue 26): where w's calls run on the packed kernel
+// (packing() and the int8 path on for active_isa(), a 2-D 4- or 8-bit weight, or 5/6-bit where
+// widening()), an array of w's shape and dtype whose buffer holds w's packed copy (larger than
+// the shape says: padding rows, the scales and biases, a byte per 5/6-bit weight) in place of
+// MLX's layout, known to packed_weight by that buffer. The caller replaces w by it, so MLX's
+// bytes go once nothing else holds them. nullopt otherwise. The kernels' other paths (the float
+// kernel, the unpacked int8 kernels: LMX_CPU_INT8=0 or set_packing(false) after the load)
+// rebuild MLX's layout for each call, packed_take gathers rows of it; stock MLX ops must not
+// read it. consume: the caller drops w for the result, so where w is the only handle on its
+// buffer (array::is_donatable) its pages are handed back as they are packed (4/8-bit): w holds
+// garbage after it. Evaluates w, scales and biases.
+std::optional<mx::array> pack_in_place(const mx::array& w, const mx::array& scales,
+                                       const mx::array& biases, int group_size, int bits,
+                                       bool consume = false);
+bool packed_in_place(const mx::array& w);  // whether w came from pack_in_place and lives
+// Rows `ids` (any integer dtype, each in 0..N-1) of a weight from pack_in_place, in MLX's layout
+// and bit for bit mx::take(original, ids, 0): (ids..., K * bits / 32) uint32. Runs on the CPU.
+mx::array packed_take(const mx::array& w, const mx::array& ids);
 // A 5- or 6-bit weight's copy with one byte per weight (values 0..31 / 0..63, MLX's 8-bit
 // layout; the same scales and biases) as an 8-bit QWeight, made on first use and kept while
 // w.owner lives; any other weight as it is.
 QWeight widened_weight(const QWeight& w);
 // Makes the packed copy now (a load, not the first call) where this layer's calls will use it:
-// the int8 path on, the packed kernel for active_isa(), 4- or 8-bit weights; and a 5/6-bit
-// weight's byte-wide copy (widened_weight) where widening() and an int8 kernel. Evaluates w,
-// scales and biases.
+// the int8 path on, the packed kernel for active_isa(), 4- or 8-bit weights, and 5/6-bit ones
+// where widening(); else a 5/6-bit weight's byte-wide copy (widened_weight) where widening()
+// and an int8 kernel (the unpacked int8 kernels read it). Evaluates w, scales and biases.
 void prepack(const mx::array& w, const mx::array& scales, const mx::array& biases, int group_size,
              int bits);
 // x (M, K) float32, row-major -> out (M, N) float32, spread over the thread pool; through the
