@@ -326,6 +326,25 @@ ScaleType kv_type(mx::Dtype t) {
   return t == mx::float32 ? ScaleType::f32 : t == mx::bfloat16 ? ScaleType::bf16 : ScaleType::f16;
 }
 
+// The attention kernel's arguments for the `group` query heads of KV head kh over row b of the
+// key and value buffers (L query positions of head size D); the caller sets the queries, the key
+// range and the outputs.
+AttnArgs group_args(const mx::array& k, const mx::array& v, int b, int kh, int L, int D, int group,
+                    float scale) {
+  AttnArgs a;
+  a.qs = static_cast<long>(L) * D;  // the group's heads, at one query position
+  a.G = group;
+  a.D = D;
+  a.scale = scale;
+  a.os = D;
+  a.K = k.data<char>() + (b * k.strides()[0] + kh * k.strides()[1]) * k.itemsize();
+  a.V = v.data<char>() + (b * v.strides()[0] + kh * v.strides()[1]) * v.itemsize();
+  a.ks = k.strides()[2];
+  a.vs = v.strides()[2];
+  a.kv_type = kv_type(k.dtype());
+  return a;
+}
+
 // One row of decode attention (a few query positions): its queries (Hq, L, D) float32, row b of
 // its key and value buffers (any float dtype, unit stride on D) of which it sees [0, S), its
 // output (L, Hq * D) float32.
@@ -380,18 +399,7 @@ void decode_attention(const std::vector<DecodeRow>& rows, int Hq, int L, int D, 
     thread_local std::vector<float> sc;
     if (sc.size() < static_cast<size_t>(group) * kKeyChunk)
       sc.resize(static_cast<size_t>(group) * kKeyChunk);
-    const mx::array &k = *row.k, &v = *row.v;
-    AttnArgs a;
-    a.qs = static_cast<long>(L) * D;  // the group's heads, at one query position
-    a.G = group;
-    a.D = D;
-    a.scale = scale;
-    a.os = D;
-    a.K = k.data<char>() + (row.b * k.strides()[0] + kh * k.strides()[1]) * k.itemsize();
-    a.V = v.data<char>() + (row.b * v.strides()[0] + kh * v.strides()[1]) * v.itemsize();
-    a.ks = k.strides()[2];
-    a.vs = v.strides()[2];
-    a.kv_type = kv_type(k.dtype());
+    AttnArgs a = group_args(*row.k, *row.v, row.b, kh, L, D, group, scale);
     a.q = row.q + (static_cast<int64_t>(kh) * group * L + l) * D;
     a.s0 = s0;
     a.s1 = std::min(n, (c + 1) * kKeyChunk);
@@ -439,20 +447,7 @@ void attention_f32(const float* qf, int B, int Hq, int L, int D, const mx::array
   const auto first_key = [&](int rows) { return window > 0 ? std::max(0, rows - window) : 0; };
   const int Hkv = k.shape(1), group = Hq / Hkv;
   AttnGroupFn attend = kernels_for(isa).attn_group;
-  const auto base = [&](int b, int kh) {
-    AttnArgs a;
-    a.qs = static_cast<long>(L) * D;  // the group's heads, at one query position
-    a.G = group;
-    a.D = D;
-    a.scale = scale;
-    a.os = D;
-    a.K = k.data<char>() + (b * k.strides()[0] + kh * k.strides()[1]) * k.itemsize();
-    a.V = v.data<char>() + (b * v.strides()[0] + kh * v.strides()[1]) * v.itemsize();
-    a.ks = k.strides()[2];
-    a.vs = v.strides()[2];
-    a.kv_type = kv_type(k.dtype());
-    return a;
-  };
+  const auto base = [&](int b, int kh) { return group_args(k, v, b, kh, L, D, group, scale); };
   const auto q_at = [&](int b, int kh, int l) {
     return qf + ((static_cast<int64_t>(b) * Hq + static_cast<int64_t>(kh) * group) * L + l) * D;
   };
