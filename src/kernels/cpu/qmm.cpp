@@ -347,6 +347,13 @@ uint32_t gather_nibbles(uint32_t x) {
 void pack_blocks(const QWeight& w, unsigned char* out, int b0, int b1, long ss, int groups,
                  long wbytes, long gbytes, long row_bytes);
 
+// Hands the whole pages of [p, p + n) back to the system (their bytes read as 0 after it).
+void drop_pages(const unsigned char* p, size_t n) {
+  const uintptr_t page = 4096, a = (reinterpret_cast<uintptr_t>(p) + page - 1) / page * page,
+                  e = (reinterpret_cast<uintptr_t>(p) + n) / page * page;
+  if (e > a) madvise(reinterpret_cast<void*>(a), e - a, MADV_DONTNEED);
+}
+
 // MLX's layout -> the packed one (QmmI8Kernel::packed_rows), one block of rows per task.
 // consume: w.w's pages are handed back to the system as their rows are packed (w's owner is
 // about to free them and nothing else reads them), so the packing never holds both whole.
@@ -362,14 +369,9 @@ void pack(const QWeight& w, unsigned char* out, bool consume = false) {
   for (int b0 = 0; b0 < blocks; b0 += chunk) {
     const int b1 = std::min(blocks, b0 + chunk);
     pack_blocks(w, out, b0, b1, ss, groups, wbytes, gbytes, row_bytes);
-    if (!consume) continue;
     // The whole pages of w's bytes before the last row packed so far.
-    const uintptr_t page = 4096, start = reinterpret_cast<uintptr_t>(w.w);
-    const uintptr_t a = (start + page - 1) / page * page,
-                    e = (start +
-                         std::min<long>(w.N, static_cast<long>(b1) * kPackRows) * row_bytes) /
-                        page * page;
-    if (e > a) madvise(reinterpret_cast<void*>(a), e - a, MADV_DONTNEED);
+    if (consume)
+      drop_pages(w.w, std::min<long>(w.N, static_cast<long>(b1) * kPackRows) * row_bytes);
   }
 }
 
@@ -435,10 +437,15 @@ struct Packed {
   const unsigned char* p;         // the packed bytes
 };
 
+// Whether two handles name one weight's buffer (its control block, not its address: a freed
+// buffer's address can return).
+bool same_owner(const std::weak_ptr<void>& a, const std::weak_ptr<void>& b) {
+  return !a.owner_before(b) && !b.owner_before(a);
+}
+
 bool same_weight(const Packed& p, const QWeight& w) {
-  const bool same_owner = !p.owner.owner_before(w.owner) && !w.owner.owner_before(p.owner);
-  return same_owner && !p.owner.expired() && p.scales == w.scales && p.N == w.N && p.K == w.K &&
-         p.group_size == w.group_size && p.bits == w.bits;
+  return same_owner(p.owner, w.owner) && !p.owner.expired() && p.scales == w.scales && p.N == w.N &&
+         p.K == w.K && p.group_size == w.group_size && p.bits == w.bits;
 }
 
 // Every packed copy, named by the weight's bytes (for a copy in place, its own).
@@ -468,7 +475,7 @@ std::optional<PackedRows> in_place(const unsigned char* w, const std::weak_ptr<v
   std::lock_guard<std::mutex> lock(c.mu);
   auto it = c.map.find(w);
   if (it == c.map.end() || it->second.data || it->second.owner.expired() ||
-      it->second.owner.owner_before(owner) || owner.owner_before(it->second.owner))
+      !same_owner(it->second.owner, owner))
     return std::nullopt;
   const Packed& p = it->second;
   return PackedRows{p.N, p.K, p.group_size, p.bits, p.scale_type, p.p};
@@ -523,6 +530,18 @@ void widen(const QWeight& w, unsigned char* out) {
   });
 }
 
+// What the packing reads for w: w itself, or for a 5/6-bit weight its byte-wide copy (an 8-bit
+// layout) made into `wide` for the packing only; the packed kernel reads nothing else.
+QWeight packing_source(const QWeight& w, std::unique_ptr<Mapping>& wide) {
+  if (w.bits != 5 && w.bits != 6) return w;
+  wide = std::make_unique<Mapping>(static_cast<size_t>(w.N) * w.K, widened_held);
+  widen(w, wide->p);
+  QWeight src = w;
+  src.w = wide->p;
+  src.bits = 8;
+  return src;
+}
+
 }  // namespace
 
 // The owner's control block, not the address, names the weight: a freed buffer's address can
@@ -535,23 +554,14 @@ const unsigned char* packed_weight(const QWeight& w) {
     const Packed& p = it->second;
     if (same_weight(p, w)) return p.p;
     // A live weight packed in place is its packed copy: there are no MLX bytes to pack again.
-    check(p.data || p.owner.expired() || p.owner.owner_before(w.owner) ||
-              w.owner.owner_before(p.owner),
-          "quantized_matmul", "a weight packed in place met other scales or another layout than ",
+    check(p.data || p.owner.expired() || !same_owner(p.owner, w.owner), "quantized_matmul",
+          "a weight packed in place met other scales or another layout than ",
           "it was packed with");
     c.map.erase(it);
   }
   c.drop_expired();
-  // A 5/6-bit weight is packed from its byte-wide copy (widened_weight's bytes), made here for
-  // the packing only and dropped after it: the packed kernel reads nothing else.
-  QWeight src = w;
   std::unique_ptr<Mapping> wide;
-  if (w.bits == 5 || w.bits == 6) {
-    wide = std::make_unique<Mapping>(static_cast<size_t>(w.N) * w.K, widened_held);
-    widen(w, wide->p);
-    src.w = wide->p;
-    src.bits = 8;
-  }
+  const QWeight src = packing_source(w, wide);
   auto data = std::make_unique<Mapping>(static_cast<size_t>(packed_bytes(src)), packed_held);
   pack(src, data->p);
   const unsigned char* p = data->p;
@@ -593,13 +603,6 @@ mx::array in_place_array(size_t bytes, const mx::Shape& shape, mx::Dtype dtype) 
                    shape, dtype);
 }
 
-// Hands the whole pages of [p, p + n) back to the system (their bytes read as 0 after it).
-void drop_pages(const unsigned char* p, size_t n) {
-  const uintptr_t page = 4096, a = (reinterpret_cast<uintptr_t>(p) + page - 1) / page * page,
-                  e = (reinterpret_cast<uintptr_t>(p) + n) / page * page;
-  if (e > a) madvise(reinterpret_cast<void*>(a), e - a, MADV_DONTNEED);
-}
-
 }  // namespace
 
 std::optional<mx::array> pack_in_place(const mx::array& w, const mx::array& scales,
@@ -614,15 +617,9 @@ std::optional<mx::array> pack_in_place(const mx::array& w, const mx::array& scal
   if (!w.flags().row_contiguous || !scales.flags().row_contiguous || !biases.flags().row_contiguous)
     return std::nullopt;  // the kernel's own error at the first call
   const QWeight q = qweight(w, scales, biases, group_size, bits);
-  QWeight src = q;
   std::unique_ptr<Mapping> bytewide;
-  if (wide) {
-    bytewide = std::make_unique<Mapping>(static_cast<size_t>(q.N) * q.K, widened_held);
-    widen(q, bytewide->p);
-    src.w = bytewide->p;
-    src.bits = 8;
-    if (consume && w.is_donatable()) drop_pages(q.w, w.nbytes());  // read: the copy has them
-  }
+  const QWeight src = packing_source(q, bytewide);
+  if (wide && consume && w.is_donatable()) drop_pages(q.w, w.nbytes());  // read: the copy has them
   const size_t bytes = static_cast<size_t>(packed_bytes(src));
   check(bytes >= w.nbytes(), "pack_in_place", "a packed copy of ", bytes,
         " bytes is smaller than the weight's ", w.nbytes());
@@ -682,9 +679,8 @@ QWeight widened_weight(const QWeight& w) {
   auto it = cache.find(w.w);
   if (it != cache.end()) {
     const Widened& c = it->second;
-    const bool same_owner = !c.owner.owner_before(w.owner) && !w.owner.owner_before(c.owner);
-    if (same_owner && !c.owner.expired() && c.scales == w.scales && c.N == w.N && c.K == w.K &&
-        c.group_size == w.group_size && c.bits == w.bits)
+    if (same_owner(c.owner, w.owner) && !c.owner.expired() && c.scales == w.scales && c.N == w.N &&
+        c.K == w.K && c.group_size == w.group_size && c.bits == w.bits)
       return as_8bit(c);
     cache.erase(it);
   }
