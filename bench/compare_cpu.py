@@ -11,13 +11,16 @@ rows (on a shared machine, spinning threads lose). --repeat R runs the whole seq
 reports each row's median (and the range of the load averages before its runs); --slow-repeat S
 runs the two stock-MLX rows (lmx --exact, mlx-lm: ~10 tok/s, not in the head-to-head) in the
 first S sequences only. Every runtime
-decodes after a prompt of -p tokens (llama-bench -d), and prefills from an empty context.
+decodes after a prompt of -p tokens (llama-bench -d), and prefills from an empty context. That
+llama-bench run holds a context of 2p + g tokens where `lmx bench` holds p + g, so the row
+"llama.cpp, one context" (`llama-bench -pg P,G`) gives llama.cpp's peak RSS like for like.
 
 usage: compare_cpu.py --model DIR [--gguf FILE --llama-bench PATH] [--lmx build/lmx]
                       [-p 512] [-g 128] [-n 3] [-t 2] [--repeat 1] [--slow-repeat R]
 """
 import argparse
 import json
+import math
 import os
 import platform
 import re
@@ -74,6 +77,16 @@ def llama_cpp(bench, gguf, p, g, n, threads):
                 note=f"llama.cpp {pp.get('build_commit', '')}, {threads} threads")
 
 
+def llama_cpp_one_context(bench, gguf, p, g, threads):
+    # The peak RSS like for like: one context of p + g tokens, as `lmx bench` holds (the run above
+    # also prefills at depth p, a context of 2p + g). Its speeds are not comparable (pp and tg in
+    # one figure), so only the RSS is reported.
+    _, rss = run_rss([bench, "-m", gguf, "-p", "0", "-n", "0", "-pg", f"{p},{g}", "-r", "1", "-t",
+                      str(threads), "-o", "json"])
+    return dict(prompt=math.nan, decode=math.nan, rss=rss,
+                note=f"llama.cpp -pg {p},{g}: peak RSS of one context only")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", required=True, help="MLX model directory")
@@ -107,6 +120,8 @@ def main():
         ("mlx-lm", lambda: mlx_lm(a.model, a.prompt_tokens, a.generation_tokens, a.num_trials)),
         ("llama.cpp, 1 thread", lambda: llama_cpp(a.llama_bench, a.gguf, a.prompt_tokens,
                                                   a.generation_tokens, a.num_trials, 1)),
+        ("llama.cpp, one context", lambda: llama_cpp_one_context(
+            a.llama_bench, a.gguf, a.prompt_tokens, a.generation_tokens, a.threads)),
         ("llama.cpp", lambda: llama_cpp(a.llama_bench, a.gguf, a.prompt_tokens,
                                         a.generation_tokens, a.num_trials, a.threads)),
     ]
@@ -152,11 +167,14 @@ def main():
     print("| runtime | path | prefill tok/s | decode tok/s | peak RSS MB | load avg before | "
           f"prefill / {vs} | decode / {vs} |{extra}")
     print("|---|---|---|---|---|---|---|---|" + ("---|" if one else ""))
+    def num(v, digits):
+        return "-" if math.isnan(v) else f"{v:.{digits}f}"
+
     for r in runs:
-        print(f"| {r['name']} | {r['note']} | {r['prompt']:.1f} | {r['decode']:.1f} | "
-              f"{r['rss']:.0f} | {r['load']} | {r['prompt'] / ref['prompt']:.2f} | "
-              f"{r['decode'] / ref['decode']:.2f} |" +
-              (f" {r['decode'] / one['decode']:.2f} |" if one else ""))
+        print(f"| {r['name']} | {r['note']} | {num(r['prompt'], 1)} | {num(r['decode'], 1)} | "
+              f"{r['rss']:.0f} | {r['load']} | {num(r['prompt'] / ref['prompt'], 2)} | "
+              f"{num(r['decode'] / ref['decode'], 2)} |" +
+              (f" {num(r['decode'] / one['decode'], 2)} |" if one else ""))
 
 
 if __name__ == "__main__":

@@ -2,13 +2,11 @@
 
 #include <mutex>
 #include <variant>
-#ifdef __GLIBC__
-#include <malloc.h>
-#endif
 
 #include "cache/kv_config.h"
 #include "constrain/token_constraint.h"
 #include "core/error.h"
+#include "core/heap.h"
 #include "engine/embed.h"
 #include "engine/model_impl.h"
 #include "engine/tensor_parallel.h"
@@ -67,17 +65,13 @@ LanguageModel LanguageModel::load(const std::filesystem::path& model, const Load
   std::optional<Tokenizer> tok;
   const auto load_tokenizer = [&] {
     tok = Tokenizer::from_dir(dir);
-#ifdef __GLIBC__
-    malloc_trim(0);
-#endif
+    trim_heap();
   };
   if (std::filesystem::exists(dir / "tokenizer.json")) load_tokenizer();
   LoadedWeights loaded = load_model(dir, options, shard);
-#ifdef __GLIBC__
   // Tier L3's packed copies live in their own mappings: the checkpoint's bytes they replaced
   // left holes in the malloc heap, handed back here (docs/memory.md).
-  malloc_trim(0);
-#endif
+  trim_heap();
   if (!tok) load_tokenizer();
   std::vector<int> eos = merged_eos_ids(loaded.info, *tok);
   auto impl =

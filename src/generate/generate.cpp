@@ -7,6 +7,7 @@
 #include "cache/quantized_kv_cache.h"
 #include "constrain/token_constraint.h"
 #include "core/error.h"
+#include "core/heap.h"
 #include "kernels/cpu/log_softmax.h"
 
 namespace lmx {
@@ -78,6 +79,9 @@ void prefill_chunk(const mx::array& chunk, Cache& cache, const GenerateOptions& 
     history = history ? mx::concatenate({*history, t}) : t;
   }
   mx::clear_cache();
+  // A chunk's activations and scratch, freed into the heap, would stay resident beside the
+  // next chunk's (docs/memory.md).
+  trim_heap();
 }
 
 std::pair<mx::array, mx::array> sample_next(const Model& model, mx::array logits,
@@ -115,10 +119,17 @@ void check_sampled(const mx::array& logprobs, int token) {
   const int64_t at = static_cast<int64_t>(token) * lp.strides()[0];
   float v = 0;
   switch (lp.dtype()) {
-    case mx::float32: v = lp.data<float>()[at]; break;
-    case mx::float16: v = static_cast<float>(lp.data<mx::float16_t>()[at]); break;
-    case mx::bfloat16: v = static_cast<float>(lp.data<mx::bfloat16_t>()[at]); break;
-    default: return;
+    case mx::float32:
+      v = lp.data<float>()[at];
+      break;
+    case mx::float16:
+      v = static_cast<float>(lp.data<mx::float16_t>()[at]);
+      break;
+    case mx::bfloat16:
+      v = static_cast<float>(lp.data<mx::bfloat16_t>()[at]);
+      break;
+    default:
+      return;
   }
   check(std::isfinite(v), "generate", "the model's logits are not finite: token ", token,
         " was sampled at log-probability ", v, ", expected a finite value (NaN or infinite values ",
@@ -145,6 +156,7 @@ std::optional<Step> TokenGenerator::next() {
   stats_.generation_seconds = seconds(first_token_, Clock::now());
   stats_.peak_memory = mx::get_peak_memory();
   if (n_ % 256 == 0) mx::clear_cache();
+  if (n_ == 1) trim_heap();  // the prompt's last step and its sampling freed, as a chunk's
   if (next_y) {
     y_ = next_y;
     logprobs_ = next_lp;

@@ -6,6 +6,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "core/heap.h"
 #include "kernels/cpu/qmm.h"
 #include "kernels/cuda/qmm.h"
 #include "lora/lora.h"
@@ -41,8 +42,17 @@ mx::array WeightStore::take(const std::string& key, const mx::Shape& shape) {
 
 void WeightStore::release(const std::string& key) {
   check(used_.count(key) > 0, source_, "tensor '", key, "' released before it was taken");
-  weights_.erase(key);
+  auto it = weights_.find(key);
+  if (it != weights_.end()) {
+    // The store's handle is the last one where the layer replaced the tensor.
+    if (it->second.is_donatable()) released_bytes_ += it->second.nbytes();
+    weights_.erase(it);
+  }
   released_.insert(key);
+  if (released_bytes_ >= (size_t{16} << 20)) {
+    trim_heap();
+    released_bytes_ = 0;
+  }
 }
 
 std::optional<mx::array> WeightStore::take_optional(const std::string& key,

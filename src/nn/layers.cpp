@@ -45,14 +45,27 @@ bool use_cpu_kernel(const WeightStore& w, const QuantSpec& q, const mx::array& s
 // Returns whether it did.
 bool compact_scales(mx::array& scales, mx::array& biases) {
   if (scales.dtype() != mx::float32 || biases.dtype() != mx::float32) return false;
+  mx::eval(scales, biases);  // a load-time step, not inside a forward
+  if (!scales.flags().row_contiguous || !biases.flags().row_contiguous) return false;
+  // On the host, value by value: stock ops' round trip and comparison held four temporaries of
+  // the scales' size at once (~70 MB beside Gemma 3's embedding).
   auto exact = [](const mx::array& a) {
-    return mx::all(mx::equal(mx::astype(mx::astype(a, mx::float16), mx::float32), a));
+    const float* v = a.data<float>();
+    for (size_t i = 0; i < a.size(); ++i)
+      if (static_cast<float>(static_cast<mx::float16_t>(v[i])) != v[i])  // NaN too, as before
+        return false;
+    return true;
   };
-  mx::array ok = mx::logical_and(exact(scales), exact(biases));
-  if (!ok.item<bool>()) return false;  // a load-time check, not inside a forward
-  scales = mx::astype(scales, mx::float16);
-  biases = mx::astype(biases, mx::float16);
-  mx::eval(scales, biases);
+  if (!exact(scales) || !exact(biases)) return false;
+  auto narrow = [](const mx::array& a) {
+    mx::array out(mx::allocator::malloc(a.size() * sizeof(mx::float16_t)), a.shape(), mx::float16);
+    const float* v = a.data<float>();
+    auto* o = out.data<mx::float16_t>();
+    for (size_t i = 0; i < a.size(); ++i) o[i] = static_cast<mx::float16_t>(v[i]);
+    return out;
+  };
+  scales = narrow(scales);
+  biases = narrow(biases);
   return true;
 }
 
@@ -64,6 +77,15 @@ void release_replaced(WeightStore& w, const std::string& path, bool weight, bool
   if (compacted) {
     w.release(path + ".scales");
     w.release(path + ".biases");
+  }
+}
+
+// The packed copy holds a weight's scales and biases too: MLX's go, for stand-ins that take no
+// memory (kernels/cpu/qmm.h scales_in_place).
+void drop_scales(const mx::array& packed, mx::array& scales, mx::array& biases) {
+  if (auto s = kernels::cpu::scales_in_place(packed)) {
+    scales = s->first;
+    biases = s->second;
   }
 }
 
@@ -163,9 +185,10 @@ Linear Linear::load(WeightStore& w, const std::string& path, int in, int out, bo
     if (l.adapters.empty())
       packed = kernels::cpu::pack_in_place(l.weight, *l.scales, *l.biases, l.quant->group_size,
                                            l.quant->bits, /*consume=*/true);
-    if (packed)
+    if (packed) {
       l.weight = *packed;
-    else
+      drop_scales(l.weight, *l.scales, *l.biases);
+    } else
       kernels::cpu::prepack(l.weight, *l.scales, *l.biases, l.quant->group_size, l.quant->bits);
   }
   return l;
@@ -229,6 +252,7 @@ Embedding Embedding::load(WeightStore& w, const std::string& path, int vocab, in
                                                   /*consume=*/true)) {
       e.weight = *packed;
       e.packed_in_place = true;
+      drop_scales(e.weight, *e.scales, *e.biases);
     }
   }
   return e;
@@ -250,12 +274,15 @@ mx::array Embedding::as_linear(const mx::array& x) const {
 
 mx::array Embedding::lookup(const mx::array& ids) const {
   if (quant) {
+    using kernels::cpu::PackedPart;
+    auto take = [&](const mx::array& a, PackedPart part) {
+      return packed_in_place ? kernels::cpu::packed_take(weight, ids, part) : mx::take(a, ids, 0);
+    };
     std::optional<mx::array> b;
-    if (biases) b = mx::take(*biases, ids, 0);
-    mx::array rows =
-        packed_in_place ? kernels::cpu::packed_take(weight, ids) : mx::take(weight, ids, 0);
-    mx::array e = mx::dequantize(rows, mx::take(*scales, ids, 0), b, quant->group_size, quant->bits,
-                                 quant->mode);
+    if (biases) b = take(*biases, PackedPart::biases);
+    mx::array e =
+        mx::dequantize(take(weight, PackedPart::weight), take(*scales, PackedPart::scales), b,
+                       quant->group_size, quant->bits, quant->mode);
     return lookup_dtype && e.dtype() != *lookup_dtype ? mx::astype(e, *lookup_dtype) : e;
   }
   return mx::take(weight, ids, 0);

@@ -498,6 +498,62 @@ TEST(QmmInt8, PackedInPlaceGivesTheWeightsResults) {
   kc::set_packing(true);
 }
 
+// The scales and biases dropped for stand-ins (scales_in_place): every path reads them from the
+// packed copy, bit for bit as from MLX's arrays.
+TEST(QmmInt8, ScalesInPlaceGiveTheWeightsResults) {
+  if (!kc::int8_packed(kc::active_isa()) || kc::int8_mode() == kc::Int8Mode::off)
+    GTEST_SKIP() << "no packed int8 kernel here (AVX512-VNNI), or LMX_CPU_INT8/PACK off";
+  const kc::Isa isa = kc::active_isa();
+  uint64_t seed = 900;
+  for (int bits : {4, 5, 8}) {
+    for (int gs : {32, 64}) {
+      for (mx::Dtype dt : {mx::float32, mx::float16, mx::bfloat16}) {
+        const int N = 67, K = 256;
+        Quantized q = quantize(N, K, gs, bits, dt, seed++);
+        mx::eval(q.w, q.scales, q.biases);
+        EXPECT_FALSE(kc::scales_in_place(q.w).has_value()) << "not packed in place";
+        std::optional<mx::array> p = kc::pack_in_place(q.w, q.scales, q.biases, gs, bits);
+        ASSERT_TRUE(p.has_value());
+        const size_t held = kc::kernel_copies().in_place;
+        auto stand_ins = kc::scales_in_place(*p);
+        ASSERT_TRUE(stand_ins.has_value());
+        const auto& [s, b] = *stand_ins;
+        const std::string where = std::to_string(bits) + "-bit g" + std::to_string(gs);
+        EXPECT_EQ(s.shape(), q.scales.shape()) << where;
+        EXPECT_EQ(b.shape(), q.biases.shape()) << where;
+        EXPECT_EQ(s.dtype(), dt) << where;
+        EXPECT_EQ(kc::kernel_copies().in_place, held) << where << ": stand-ins hold no copy";
+        for (int M : {1, 5, 64}) {
+          mx::array x = mx::random::normal({M, K}, mx::float32, mx::random::key(seed++));
+          for (kc::Int8Mode m : {kc::Int8Mode::all, kc::Int8Mode::off}) {
+            for (bool pack : {true, false}) {
+              kc::set_packing(pack);
+              const kc::QmmOptions o{
+                  .group_size = gs, .bits = bits, .isa = isa, .out_dtype = std::nullopt, .int8 = m};
+              const mx::array want = kc::quantized_matmul(x, q.w, q.scales, q.biases, o);
+              const mx::array got = kc::quantized_matmul(x, *p, s, b, o);
+              kc::set_packing(true);
+              EXPECT_TRUE(mx::array_equal(got, want).item<bool>())
+                  << where << " M=" << M << " int8 " << static_cast<int>(m) << " packing " << pack;
+            }
+          }
+        }
+        const mx::array ids = mx::array({0, 66, 5, 16, 15, -1}, {2, 3}, mx::int32);
+        using kc::PackedPart;
+        EXPECT_TRUE(mx::array_equal(kc::packed_take(*p, ids, PackedPart::scales),
+                                    mx::take(q.scales, ids, 0))
+                        .item<bool>())
+            << where;
+        EXPECT_TRUE(mx::array_equal(kc::packed_take(*p, ids, PackedPart::biases),
+                                    mx::take(q.biases, ids, 0))
+                        .item<bool>())
+            << where;
+      }
+    }
+  }
+  kc::set_packing(true);
+}
+
 TEST(QmmInt8, OtherWidthsAndLargeCallsUseTheFloatKernel) {
   for (kc::Isa isa : int8_isas()) {
     // bits 3: no int8 path even when asked for every call.

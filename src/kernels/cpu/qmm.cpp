@@ -511,6 +511,23 @@ void unpack_row(const PackedRows& p, long n, unsigned char* out) {
   }
 }
 
+// Row n's scales and biases (K / group_size values each, in the copy's scale type) from the
+// packed layout, as MLX's arrays held them.
+void unpack_affine_row(const PackedRows& p, long n, unsigned char* scales, unsigned char* biases) {
+  const int bits = p.bits == 5 || p.bits == 6 ? 8 : p.bits;
+  const int groups = p.K / p.group_size;
+  const long ss = scale_bytes(p.scale_type);
+  const long wbytes = pack_weight_bytes(p.group_size, bits);
+  const long gbytes = pack_group_bytes(p.group_size, bits, p.scale_type);
+  const long b = n / kPackRows, r = n % kPackRows;
+  const unsigned char* blk = p.p + b * groups * gbytes;
+  for (int g = 0; g < groups; ++g) {
+    const unsigned char* gp = blk + g * gbytes;
+    std::memcpy(scales + g * ss, gp + wbytes + r * ss, ss);
+    std::memcpy(biases + g * ss, gp + wbytes + (kPackRows + r) * ss, ss);
+  }
+}
+
 // MLX's 5/6-bit rows (element k in bits [k * bits, (k + 1) * bits), LSB first: 8 elements in
 // `bits` bytes) -> one byte per element, as MLX's 8-bit layout stores 0..255.
 void widen(const QWeight& w, unsigned char* out) {
@@ -641,6 +658,53 @@ std::optional<mx::array> pack_in_place(const mx::array& w, const mx::array& scal
   c.map.emplace(p, Packed{out.data_shared_ptr(), q.scales, q.N, q.K, group_size, bits, q.scale_type,
                           nullptr, p});
   return out;
+}
+
+namespace {
+
+// An array of `shape` over address space only: its bytes are never mapped in, and reading them
+// faults. Null where MLX's buffers do not keep their size before the data (in_place_array).
+std::optional<mx::array> reserved_array(const mx::Shape& shape, mx::Dtype dtype) {
+  constexpr size_t kHead = 4096;
+  size_t bytes = dtype.size();
+  for (int d : shape) bytes *= static_cast<size_t>(d);
+  const size_t total = kHead + std::max<size_t>(bytes, 1);
+  void* m = mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (m == MAP_FAILED) return std::nullopt;
+  auto* base = static_cast<unsigned char*>(m);
+  mx::allocator::Buffer buf(base + kHead - sizeof(size_t));
+  if (buf.raw_ptr() != base + kHead) {
+    munmap(m, total);
+    return std::nullopt;
+  }
+  std::memcpy(base + kHead - sizeof(size_t), &bytes, sizeof(size_t));
+  mprotect(base + kHead, total - kHead, PROT_NONE);
+  return mx::array(
+      mx::allocator::Data(buf, [base, total](mx::allocator::Buffer) { munmap(base, total); }),
+      shape, dtype);
+}
+
+mx::Dtype scale_dtype(ScaleType t) {
+  return t == ScaleType::f32 ? mx::float32 : t == ScaleType::bf16 ? mx::bfloat16 : mx::float16;
+}
+
+}  // namespace
+
+std::optional<std::pair<mx::array, mx::array>> scales_in_place(const mx::array& w) {
+  if (w.ndim() != 2 || w.dtype() != mx::uint32 || !w.data_shared_ptr()) return std::nullopt;
+  PackedCache& c = packed_cache();
+  std::lock_guard<std::mutex> lock(c.mu);
+  auto it = c.map.find(w.data<unsigned char>());
+  if (it == c.map.end() || it->second.data || it->second.owner.expired() ||
+      !same_owner(it->second.owner, w.data_shared_ptr()))
+    return std::nullopt;
+  Packed& p = it->second;
+  const mx::Shape shape{p.N, p.K / p.group_size};
+  std::optional<mx::array> s = reserved_array(shape, scale_dtype(p.scale_type));
+  std::optional<mx::array> b = reserved_array(shape, scale_dtype(p.scale_type));
+  if (!s || !b) return std::nullopt;
+  p.scales = s->data<void>();  // the kernels name the weight by its scales too (same_weight)
+  return std::pair{*s, *b};
 }
 
 bool packed_in_place(const mx::array& w) {
@@ -869,14 +933,23 @@ void qmm_f32_shared(const QWeight* ws, int n, const float* x, int M, float* cons
     for (QWeight& w : plain) {
       const std::optional<PackedRows> p = in_place(w.w, w.owner);
       if (!p) continue;
+      // The scales and biases too: where they were dropped (scales_in_place), the packed copy
+      // holds the only ones.
       const long row = static_cast<long>(w.K) * w.bits / 8;
-      bytes.emplace_back(static_cast<size_t>(w.N) * row);
+      const long srow = static_cast<long>(w.K / w.group_size) * scale_bytes(p->scale_type);
+      bytes.emplace_back(static_cast<size_t>(w.N) * (row + 2 * srow));
       unsigned char* out = bytes.back().data();
+      unsigned char* sc = out + static_cast<long>(w.N) * row;
+      unsigned char* bi = sc + static_cast<long>(w.N) * srow;
       parallel_for((w.N + 63) / 64, [&](int t) {
-        for (long r = 64L * t; r < std::min<long>(w.N, 64L * t + 64); ++r)
+        for (long r = 64L * t; r < std::min<long>(w.N, 64L * t + 64); ++r) {
           unpack_row(*p, r, out + r * row);
+          unpack_affine_row(*p, r, sc + r * srow, bi + r * srow);
+        }
       });
       w.w = out;
+      w.scales = sc;
+      w.biases = bi;
       w.owner = {};
     }
     if (!bytes.empty()) {
@@ -957,10 +1030,12 @@ mx::array quantized_matmul(const mx::array& x, const mx::array& w, const mx::arr
 
 namespace {
 
-// packed_take: rows of a weight packed in place, rebuilt in MLX's layout.
+// packed_take: rows of a weight packed in place, or of its scales or biases, rebuilt in MLX's
+// layout.
 class LmxPackedTake : public mx::UnaryPrimitive {
  public:
-  explicit LmxPackedTake(mx::Stream s) : mx::UnaryPrimitive(s) {}
+  LmxPackedTake(mx::Stream s, PackedPart part, int cols)
+      : mx::UnaryPrimitive(s), part_(part), cols_(cols) {}
 
   void eval_cpu(const std::vector<mx::array>& inputs, mx::array& out) override {
     const mx::array& ids = inputs[0];
@@ -974,16 +1049,25 @@ class LmxPackedTake : public mx::UnaryPrimitive {
     enc.set_input_array(ids);
     enc.set_input_array(w);
     enc.set_output_array(out);
-    enc.dispatch([p = *p, ids = mx::array::unsafe_weak_copy(ids),
+    enc.dispatch([p = *p, part = part_, ids = mx::array::unsafe_weak_copy(ids),
                   out = mx::array::unsafe_weak_copy(out)]() mutable {
-      const long row = static_cast<long>(p.K) * p.bits / 8;
+      const long row = part == PackedPart::weight
+                           ? static_cast<long>(p.K) * p.bits / 8
+                           : static_cast<long>(p.K / p.group_size) * scale_bytes(p.scale_type);
+      std::vector<unsigned char> other(part == PackedPart::weight ? 0 : row);
       const int32_t* id = ids.data<int32_t>();
       auto* o = out.data<unsigned char>();
       for (size_t i = 0; i < ids.size(); ++i) {
         // As MLX's take: a negative id counts from the end; one out of range (which take does
         // not check) is clamped rather than read past the weight.
-        const long r = id[i] < 0 ? id[i] + p.N : id[i];
-        unpack_row(p, std::clamp<long>(r, 0, p.N - 1), o + static_cast<long>(i) * row);
+        const long r = std::clamp<long>(id[i] < 0 ? id[i] + p.N : id[i], 0, p.N - 1);
+        unsigned char* dst = o + static_cast<long>(i) * row;
+        if (part == PackedPart::weight)
+          unpack_row(p, r, dst);
+        else if (part == PackedPart::scales)
+          unpack_affine_row(p, r, dst, other.data());
+        else
+          unpack_affine_row(p, r, other.data(), dst);
       }
     });
   }
@@ -994,24 +1078,40 @@ class LmxPackedTake : public mx::UnaryPrimitive {
 
   const char* name() const override { return "LmxPackedTake"; }
 
-  bool is_equivalent(const mx::Primitive&) const override { return true; }
+  bool is_equivalent(const mx::Primitive& other) const override {
+    return static_cast<const LmxPackedTake&>(other).part_ == part_;
+  }
 
   std::vector<mx::Shape> output_shapes(const std::vector<mx::array>& inputs) override {
     mx::Shape s = inputs[0].shape();
-    s.push_back(inputs[1].shape(1));
+    s.push_back(cols_);
     return {s};
   }
+
+ private:
+  PackedPart part_;
+  int cols_;  // per id: K * bits / 32 words, or K / group_size scales
 };
 
 }  // namespace
 
-mx::array packed_take(const mx::array& w, const mx::array& ids) {
+mx::array packed_take(const mx::array& w, const mx::array& ids, PackedPart part) {
   check(w.ndim() == 2 && w.dtype() == mx::uint32, "packed_take", "expected a 2-D uint32 weight");
   mx::Shape shape = ids.shape();
-  shape.push_back(w.shape(1));
-  return mx::array(shape, mx::uint32,
-                   std::make_shared<LmxPackedTake>(mx::default_stream(mx::Device::cpu)),
-                   {mx::contiguous(mx::astype(ids, mx::int32)), w});
+  mx::Dtype dtype = mx::uint32;
+  if (part == PackedPart::weight) {
+    shape.push_back(w.shape(1));
+  } else {
+    // The layout is known once w is evaluated; a weight packed in place always is.
+    const std::optional<PackedRows> p = in_place(w.data<unsigned char>(), w.data_shared_ptr());
+    check(p.has_value(), "packed_take", "the weight is not packed in place");
+    shape.push_back(p->K / p->group_size);
+    dtype = scale_dtype(p->scale_type);
+  }
+  return mx::array(
+      shape, dtype,
+      std::make_shared<LmxPackedTake>(mx::default_stream(mx::Device::cpu), part, shape.back()),
+      {mx::contiguous(mx::astype(ids, mx::int32)), w});
 }
 
 mx::array quantized_matmul_reference(const mx::array& x, const mx::array& w,

@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "kernels/cpu/qmm_args.h"
 
@@ -136,9 +137,18 @@ std::optional<mx::array> pack_in_place(const mx::array& w, const mx::array& scal
                                        const mx::array& biases, int group_size, int bits,
                                        bool consume = false);
 bool packed_in_place(const mx::array& w);  // whether w came from pack_in_place and lives
+// Stand-ins for the scales and biases of a weight from pack_in_place, whose packed copy holds
+// them too: arrays of their shape and dtype over address space only (reading them faults). The
+// kernels and packed_take take them from the packed copy; the caller drops MLX's for these, and
+// the weight is then known to the kernels with these scales only. nullopt where w is not packed
+// in place.
+std::optional<std::pair<mx::array, mx::array>> scales_in_place(const mx::array& w);
+enum class PackedPart { weight, scales, biases };
 // Rows `ids` (any integer dtype, each in 0..N-1) of a weight from pack_in_place, in MLX's layout
-// and bit for bit mx::take(original, ids, 0): (ids..., K * bits / 32) uint32. Runs on the CPU.
-mx::array packed_take(const mx::array& w, const mx::array& ids);
+// and bit for bit mx::take(original, ids, 0): (ids..., K * bits / 32) uint32; or of its scales
+// or biases, (ids..., K / group_size) in their dtype. Runs on the CPU.
+mx::array packed_take(const mx::array& w, const mx::array& ids,
+                      PackedPart part = PackedPart::weight);
 // A 5- or 6-bit weight's copy with one byte per weight (values 0..31 / 0..63, MLX's 8-bit
 // layout; the same scales and biases) as an 8-bit QWeight, made on first use and kept while
 // w.owner lives; any other weight as it is.
