@@ -64,7 +64,7 @@ void VocabTable::add(std::string_view token, int id) {
 void VocabTable::index_ids() {
   int max_id = -1;
   for (int id : ids_) max_id = std::max(max_id, id);
-  by_id_.assign(size_t(max_id + 1), kNone);
+  by_id_.assign(size_t(max_id) + 1, kNone);
   for (uint32_t k = 0; k < ids_.size(); ++k) {
     if (by_id_[size_t(ids_[k])] == kNone) by_id_[size_t(ids_[k])] = k;
   }
