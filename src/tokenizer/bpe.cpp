@@ -85,17 +85,19 @@ size_t VocabTable::bytes() const {
                                                 by_id_.capacity() + slots_.capacity());
 }
 
+static_assert(kMaxTokenId <= (int64_t{1} << 24) - 1, "MergeTable packs ids into 24 bits");
+
 void MergeTable::reserve(size_t n) {
-  std::vector<Slot> old = std::exchange(slots_, std::vector<Slot>(table_size(n), Slot{kEmpty, {}}));
+  std::vector<Slot> old = std::exchange(slots_, std::vector<Slot>(table_size(n), Slot::none()));
   for (const Slot& s : old) {
-    if (s.key != kEmpty) slots_[slot(s.key)] = s;
+    if (!s.empty()) slots_[slot(s.left(), s.right())] = s;
   }
 }
 
-size_t MergeTable::slot(uint64_t key) const {
+size_t MergeTable::slot(uint32_t left, uint32_t right) const {
   size_t n = slots_.size();
-  size_t i = reduce(mix(key), n);
-  while (slots_[i].key != key && slots_[i].key != kEmpty) {
+  size_t i = reduce(mix(uint64_t(left) << 32 | right), n);
+  while (!slots_[i].empty() && (slots_[i].left() != left || slots_[i].right() != right)) {
     if (++i == n) i = 0;
   }
   return i;
@@ -103,10 +105,9 @@ size_t MergeTable::slot(uint64_t key) const {
 
 void MergeTable::assign(int left, int right, Merge merge) {
   if (over_load(size_ + 1, slots_.size())) reserve(2 * size_ + 1);
-  uint64_t k = key(left, right);
-  Slot& s = slots_[slot(k)];
-  if (s.key == kEmpty) ++size_;
-  s = Slot{k, merge};
+  Slot& s = slots_[slot(uint32_t(left), uint32_t(right))];
+  if (s.empty()) ++size_;
+  s = Slot::pack(uint32_t(left), uint32_t(right), merge);
 }
 
 BpeModel::BpeModel(const Node& model) : file_(model.file()) {
@@ -138,6 +139,9 @@ BpeModel::BpeModel(const Node& model) : file_(model.file()) {
 
   Node merges = model.at("merges");
   size_t n = merges.size();
+  if (n > MergeTable::kMaxMerges) {
+    merges.fail("expected at most ", MergeTable::kMaxMerges, " merges, got ", n);
+  }
   merges_.reserve(n);
   size_t prefix_len = continuing_subword_prefix_.size();
   for (size_t rank = 0; rank < n; ++rank) {
@@ -296,7 +300,8 @@ void BpeModel::merge_word(std::string_view word, std::vector<int>& out) const {
   auto push_pair = [&](int pos) {
     int next = symbols[size_t(pos)].next;
     if (next < 0) return;
-    const MergeTable::Merge* m = merges_.find(symbols[size_t(pos)].id, symbols[size_t(next)].id);
+    std::optional<MergeTable::Merge> m =
+        merges_.find(symbols[size_t(pos)].id, symbols[size_t(next)].id);
     if (!m) return;
     heap.push_back({m->rank, pos, m->new_id});
     std::push_heap(heap.begin(), heap.end(), later);
@@ -311,7 +316,7 @@ void BpeModel::merge_word(std::string_view word, std::vector<int>& out) const {
     if (!left.alive || left.next < 0) continue;
     Symbol& right = symbols[size_t(left.next)];
     // Entries go stale when a neighbour merged first; the pair's current result tells.
-    const MergeTable::Merge* m = merges_.find(left.id, right.id);
+    std::optional<MergeTable::Merge> m = merges_.find(left.id, right.id);
     if (!m || m->new_id != top.new_id) continue;
     left.id = top.new_id;
     right.alive = false;

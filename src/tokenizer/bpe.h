@@ -65,35 +65,50 @@ class VocabTable {
   std::vector<uint32_t> slots_ = std::vector<uint32_t>(1, kNone);  // key index, or kNone
 };
 
-// Merges keyed by the (left, right) id pair, values inline in one array: 16 bytes a slot.
+// Merges keyed by the (left, right) id pair, values inline in 12-byte slots: ids and ranks fit in
+// 24 bits, so three words hold left, right and rank, each with one byte of the merged id on top.
 class MergeTable {
  public:
   struct Merge {
     uint32_t rank;
     int32_t new_id;
   };
+  // Ranks stay below 2^24 - 1, which marks empty slots.
+  static constexpr size_t kMaxMerges = (size_t{1} << 24) - 1;
+
   // Sizes the table for at most `n` distinct pairs.
   void reserve(size_t n);
   // Like insert_or_assign: a pair merged again takes the new value.
   void assign(int left, int right, Merge merge);
-  const Merge* find(int left, int right) const {
-    uint64_t k = key(left, right);
-    const Slot& s = slots_[slot(k)];
-    return s.key == k ? &s.merge : nullptr;
+  std::optional<Merge> find(int left, int right) const {
+    const Slot& s = slots_[slot(uint32_t(left), uint32_t(right))];
+    if (s.empty()) return std::nullopt;
+    return s.merge();
   }
   size_t bytes() const { return slots_.capacity() * sizeof(Slot); }
 
  private:
+  static constexpr uint32_t kLow24 = (uint32_t{1} << 24) - 1;
   struct Slot {
-    uint64_t key;
-    Merge merge;
-  };
-  // Ids stay below 2^24, so no pair has this key.
-  static constexpr uint64_t kEmpty = UINT64_MAX;
-  static uint64_t key(int a, int b) { return (uint64_t(uint32_t(a)) << 32) | uint32_t(b); }
-  size_t slot(uint64_t key) const;
+    std::array<uint32_t, 3> words;  // left, right, rank; bytes 0, 1, 2 of the merged id on top
 
-  std::vector<Slot> slots_ = std::vector<Slot>(1, Slot{kEmpty, {}});
+    static Slot pack(uint32_t left, uint32_t right, Merge m) {
+      uint32_t id = uint32_t(m.new_id);
+      return {{left | id << 24, right | (id >> 8) << 24, m.rank | (id >> 16) << 24}};
+    }
+    static Slot none() { return {{0, 0, kLow24}}; }
+    bool empty() const { return (words[2] & kLow24) == kLow24; }
+    uint32_t left() const { return words[0] & kLow24; }
+    uint32_t right() const { return words[1] & kLow24; }
+    Merge merge() const {
+      uint32_t id = words[0] >> 24 | (words[1] >> 24) << 8 | (words[2] >> 24) << 16;
+      return {words[2] & kLow24, int32_t(id)};
+    }
+  };
+  // Slot of the pair: the one holding it, or the empty one where it would go.
+  size_t slot(uint32_t left, uint32_t right) const;
+
+  std::vector<Slot> slots_ = std::vector<Slot>(1, Slot::none());
   size_t size_ = 0;
 };
 

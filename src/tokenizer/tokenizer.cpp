@@ -143,6 +143,7 @@ std::shared_ptr<TokenizerImpl> load_tokenizer_json(const fs::path& path) {
     }
   }
 
+  // Ids below max_id: the model's and the added tokens'.
   size_t max_id = impl->model->id_limit();
   for (const auto& a : added) max_id = std::max(max_id, size_t(a.id) + 1);
 
