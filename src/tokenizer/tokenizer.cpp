@@ -33,6 +33,7 @@ struct TokenizerImpl {
   StringMap<int> added_ids;  // added token content -> id
   // Sorted by id, one per id; an added token overrides the model's token of its id.
   std::vector<std::pair<int, std::string_view>> added_by_id;
+  std::vector<bool> added_at;  // per id: whether added_by_id has it, sparing most ids the search
   std::vector<bool> special_by_id;
   int vocab_size = 0;
 
@@ -42,6 +43,9 @@ struct TokenizerImpl {
   std::string chat_template;
 
   std::optional<std::string_view> token(int id) const {
+    if (id < 0 || size_t(id) >= added_at.size() || !added_at[size_t(id)]) {
+      return model->id_to_token(id);
+    }
     auto it = std::lower_bound(added_by_id.begin(), added_by_id.end(), id,
                                [](const auto& entry, int key) { return entry.first < key; });
     if (it != added_by_id.end() && it->first == id) return it->second;
@@ -164,6 +168,8 @@ std::shared_ptr<TokenizerImpl> load_tokenizer_json(const fs::path& path) {
                           [](const auto& x, const auto& y) { return x.first == y.first; });
   by_id.erase(by_id.begin(), last.base());
   by_id.shrink_to_fit();
+  impl->added_at.assign(max_id, false);
+  for (const auto& entry : by_id) impl->added_at[size_t(entry.first)] = true;
   impl->vocab_size = int(impl->model->vocab_size()) + extra;
   // Decoding skips by content, so a model token spelled like a special token is special too.
   impl->special_by_id.assign(max_id, false);
