@@ -3,10 +3,112 @@
 #include <algorithm>
 #include <cstdio>
 #include <mutex>
+#include <utility>
 
 #include "tokenizer/unicode.h"
 
 namespace lmx::tok {
+
+namespace {
+
+// Slots for n entries at a load factor of at most 0.7.
+size_t table_size(size_t n) { return n + n * 3 / 7 + 1; }
+bool over_load(size_t entries, size_t slots) { return entries * 10 > slots * 7; }
+
+// Maps a hash onto [0, n) by its high 32 bits (multiply-shift), so that tables need not be sized
+// to a power of two; n stays far below 2^32.
+size_t reduce(uint64_t hash, size_t n) { return size_t(((hash >> 32) * uint64_t(n)) >> 32); }
+
+// MurmurHash3's finalizer: every key bit reaches the high bits that reduce() uses.
+uint64_t mix(uint64_t k) {
+  k ^= k >> 33;
+  k *= 0xff51afd7ed558ccdULL;
+  k ^= k >> 33;
+  k *= 0xc4ceb9fe1a85ec53ULL;
+  k ^= k >> 33;
+  return k;
+}
+
+}  // namespace
+
+void VocabTable::reserve(size_t keys, size_t bytes) {
+  blob_.reserve(bytes);
+  begins_.reserve(keys + 1);
+  ids_.reserve(keys);
+  slots_.assign(table_size(keys), kNone);
+  for (uint32_t k = 0; k < ids_.size(); ++k) slots_[slot(key(k))] = k;
+}
+
+size_t VocabTable::slot(std::string_view token) const {
+  size_t n = slots_.size();
+  size_t i = reduce(std::hash<std::string_view>{}(token), n);
+  while (slots_[i] != kNone && key(slots_[i]) != token) {
+    if (++i == n) i = 0;
+  }
+  return i;
+}
+
+void VocabTable::add(std::string_view token, int id) {
+  if (over_load(ids_.size() + 1, slots_.size())) reserve(2 * ids_.size() + 1, blob_.size());
+  size_t s = slot(token);
+  if (slots_[s] != kNone) {
+    ids_[slots_[s]] = id;
+    return;
+  }
+  slots_[s] = uint32_t(ids_.size());
+  blob_.append(token);
+  begins_.push_back(uint32_t(blob_.size()));
+  ids_.push_back(id);
+}
+
+void VocabTable::index_ids() {
+  int max_id = -1;
+  for (int id : ids_) max_id = std::max(max_id, id);
+  by_id_.assign(size_t(max_id) + 1, kNone);
+  for (uint32_t k = 0; k < ids_.size(); ++k) {
+    if (by_id_[size_t(ids_[k])] == kNone) by_id_[size_t(ids_[k])] = k;
+  }
+}
+
+int VocabTable::find(std::string_view token) const {
+  uint32_t k = slots_[slot(token)];
+  return k == kNone ? -1 : ids_[k];
+}
+
+std::optional<std::string_view> VocabTable::token(int id) const {
+  if (id < 0 || size_t(id) >= by_id_.size() || by_id_[size_t(id)] == kNone) return std::nullopt;
+  return key(by_id_[size_t(id)]);
+}
+
+size_t VocabTable::bytes() const {
+  return blob_.capacity() + sizeof(uint32_t) * (begins_.capacity() + ids_.capacity() +
+                                                by_id_.capacity() + slots_.capacity());
+}
+
+static_assert(kMaxTokenId <= (int64_t{1} << 24) - 1, "MergeTable packs ids into 24 bits");
+
+void MergeTable::reserve(size_t n) {
+  std::vector<Slot> old = std::exchange(slots_, std::vector<Slot>(table_size(n), Slot::none()));
+  for (const Slot& s : old) {
+    if (!s.empty()) slots_[slot(s.left(), s.right())] = s;
+  }
+}
+
+size_t MergeTable::slot(uint32_t left, uint32_t right) const {
+  size_t n = slots_.size();
+  size_t i = reduce(mix(uint64_t(left) << 32 | right), n);
+  while (!slots_[i].empty() && (slots_[i].left() != left || slots_[i].right() != right)) {
+    if (++i == n) i = 0;
+  }
+  return i;
+}
+
+void MergeTable::assign(int left, int right, Merge merge) {
+  if (over_load(size_ + 1, slots_.size())) reserve(2 * size_ + 1);
+  Slot& s = slots_[slot(uint32_t(left), uint32_t(right))];
+  if (s.empty()) ++size_;
+  s = Slot::pack(uint32_t(left), uint32_t(right), merge);
+}
 
 BpeModel::BpeModel(const Node& model) : file_(model.file()) {
   // dropout is ignored on purpose: encoding stays deterministic.
@@ -20,23 +122,26 @@ BpeModel::BpeModel(const Node& model) : file_(model.file()) {
   Node vocab = model.at("vocab");
   if (!vocab.raw().is_object())
     vocab.fail("expected an object {token: id}, got ", Node::kind(vocab.raw()));
-  vocab_.reserve(vocab.raw().size());
-  int max_id = -1;
+  size_t bytes = 0;
+  for (auto it = vocab.raw().begin(); it != vocab.raw().end(); ++it) bytes += it.key().size();
+  // The tables address the blob with 32-bit offsets.
+  if (bytes >= UINT32_MAX) vocab.fail("expected under 4 GiB of token strings, got ", bytes);
+  vocab_.reserve(vocab.raw().size(), bytes);
   for (const auto& [token, id_json] : vocab.raw().items()) {
     if (!id_json.is_number_integer() || id_json.get<int64_t>() < 0 ||
         id_json.get<int64_t>() > kMaxTokenId) {
       vocab.fail("expected an integer id in [0, ", kMaxTokenId, "] for \"", token, "\", got ",
                  id_json.dump());
     }
-    int id = int(id_json.get<int64_t>());
-    vocab_.insert_or_assign(token, id);
-    max_id = std::max(max_id, id);
+    vocab_.add(token, int(id_json.get<int64_t>()));
   }
-  by_id_.assign(size_t(max_id) + 1, nullptr);
-  for (const auto& [token, id] : vocab_) by_id_[size_t(id)] = &token;
+  vocab_.index_ids();
 
   Node merges = model.at("merges");
   size_t n = merges.size();
+  if (n > MergeTable::kMaxMerges) {
+    merges.fail("expected at most ", MergeTable::kMaxMerges, " merges, got ", n);
+  }
   merges_.reserve(n);
   size_t prefix_len = continuing_subword_prefix_.size();
   for (size_t rank = 0; rank < n; ++rank) {
@@ -57,19 +162,19 @@ BpeModel::BpeModel(const Node& model) : file_(model.file()) {
     } else {
       m.fail("expected \"left right\" or [left, right], got ", m.raw().dump());
     }
-    auto a = vocab_.find(left), b = vocab_.find(right);
-    if (a == vocab_.end()) m.fail("token \"", left, "\" is not in model.vocab");
-    if (b == vocab_.end()) m.fail("token \"", right, "\" is not in model.vocab");
+    int a = vocab_.find(left), b = vocab_.find(right);
+    if (a < 0) m.fail("token \"", left, "\" is not in model.vocab");
+    if (b < 0) m.fail("token \"", right, "\" is not in model.vocab");
     std::string merged = left;
     if (prefix_len > 0 && right.compare(0, prefix_len, continuing_subword_prefix_) == 0) {
       merged.append(right, prefix_len, std::string::npos);
     } else {
       merged.append(right);
     }
-    auto c = vocab_.find(merged);
-    if (c == vocab_.end()) m.fail("merged token \"", merged, "\" is not in model.vocab");
+    int c = vocab_.find(merged);
+    if (c < 0) m.fail("merged token \"", merged, "\" is not in model.vocab");
     // A repeated pair keeps its last rank, as in `tokenizers`.
-    merges_.insert_or_assign(pair_key(a->second, b->second), Merge{uint32_t(rank), c->second});
+    merges_.assign(a, b, {uint32_t(rank), c});
   }
 
   byte_ids_.fill(-1);
@@ -77,38 +182,31 @@ BpeModel::BpeModel(const Node& model) : file_(model.file()) {
     for (int byte = 0; byte < 256; ++byte) {
       char name[8];
       std::snprintf(name, sizeof(name), "<0x%02X>", byte);
-      if (auto it = vocab_.find(std::string_view(name)); it != vocab_.end()) {
-        byte_ids_[byte] = it->second;
-      }
+      byte_ids_[byte] = vocab_.find(name);
     }
   }
 }
 
 std::optional<int> BpeModel::token_to_id(std::string_view token) const {
-  auto it = vocab_.find(token);
-  if (it == vocab_.end()) return std::nullopt;
-  return it->second;
-}
-
-const std::string* BpeModel::id_to_token(int id) const {
-  if (id < 0 || size_t(id) >= by_id_.size()) return nullptr;
-  return by_id_[size_t(id)];
+  int id = vocab_.find(token);
+  if (id < 0) return std::nullopt;
+  return id;
 }
 
 int BpeModel::unk_id() const {
-  auto it = vocab_.find(*unk_token_);
-  if (it == vocab_.end()) {
+  int id = vocab_.find(*unk_token_);
+  if (id < 0) {
     fail(file_, "model.unk_token: needed for a character outside the vocab, expected a token of ",
          "model.vocab, got \"", *unk_token_, "\"");
   }
-  return it->second;
+  return id;
 }
 
 void BpeModel::tokenize(std::string_view word, std::vector<int>& out) const {
   if (word.empty()) return;
   if (ignore_merges_) {
-    if (auto it = vocab_.find(word); it != vocab_.end()) {
-      out.push_back(it->second);
+    if (int id = vocab_.find(word); id >= 0) {
+      out.push_back(id);
       return;
     }
   }
@@ -162,12 +260,12 @@ void BpeModel::merge_word(std::string_view word, std::vector<int>& out) const {
       if (i == word.size()) piece.append(end_of_word_suffix_);
       key = piece;
     }
-    if (auto it = vocab_.find(key); it != vocab_.end()) {
+    if (int id = vocab_.find(key); id >= 0) {
       if (pending_unk >= 0) {
         add(pending_unk);
         pending_unk = -1;
       }
-      add(it->second);
+      add(id);
       continue;
     }
     if (byte_fallback_) {
@@ -202,9 +300,10 @@ void BpeModel::merge_word(std::string_view word, std::vector<int>& out) const {
   auto push_pair = [&](int pos) {
     int next = symbols[size_t(pos)].next;
     if (next < 0) return;
-    auto it = merges_.find(pair_key(symbols[size_t(pos)].id, symbols[size_t(next)].id));
-    if (it == merges_.end()) return;
-    heap.push_back({it->second.rank, pos, it->second.new_id});
+    std::optional<MergeTable::Merge> m =
+        merges_.find(symbols[size_t(pos)].id, symbols[size_t(next)].id);
+    if (!m) return;
+    heap.push_back({m->rank, pos, m->new_id});
     std::push_heap(heap.begin(), heap.end(), later);
   };
   for (int p = 0; p + 1 < int(symbols.size()); ++p) push_pair(p);
@@ -217,8 +316,8 @@ void BpeModel::merge_word(std::string_view word, std::vector<int>& out) const {
     if (!left.alive || left.next < 0) continue;
     Symbol& right = symbols[size_t(left.next)];
     // Entries go stale when a neighbour merged first; the pair's current result tells.
-    auto it = merges_.find(pair_key(left.id, right.id));
-    if (it == merges_.end() || it->second.new_id != top.new_id) continue;
+    std::optional<MergeTable::Merge> m = merges_.find(left.id, right.id);
+    if (!m || m->new_id != top.new_id) continue;
     left.id = top.new_id;
     right.alive = false;
     left.next = right.next;

@@ -1,5 +1,6 @@
 #include "tokenizer/tokenizer.h"
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 #include <unordered_set>
@@ -29,8 +30,10 @@ struct TokenizerImpl {
   std::unique_ptr<PostProcessor> post_processor;
   std::unique_ptr<Decoder> decoder;
   AddedVocabulary added;
-  StringMap<int> added_ids;                     // added token content -> id
-  std::vector<const std::string*> token_by_id;  // added tokens first, then the model's
+  StringMap<int> added_ids;  // added token content -> id
+  // Sorted by id, one per id; an added token overrides the model's token of its id.
+  std::vector<std::pair<int, std::string_view>> added_by_id;
+  std::vector<bool> added_at;  // per id: whether added_by_id has it, sparing most ids the search
   std::vector<bool> special_by_id;
   int vocab_size = 0;
 
@@ -39,8 +42,14 @@ struct TokenizerImpl {
   std::optional<bool> add_bos;
   std::string chat_template;
 
-  const std::string* token(int id) const {
-    return id >= 0 && size_t(id) < token_by_id.size() ? token_by_id[size_t(id)] : nullptr;
+  std::optional<std::string_view> token(int id) const {
+    if (id < 0 || size_t(id) >= added_at.size() || !added_at[size_t(id)]) {
+      return model->id_to_token(id);
+    }
+    auto it = std::lower_bound(added_by_id.begin(), added_by_id.end(), id,
+                               [](const auto& entry, int key) { return entry.first < key; });
+    if (it != added_by_id.end() && it->first == id) return it->second;
+    return model->id_to_token(id);
   }
   bool special(int id) const {
     return id >= 0 && size_t(id) < special_by_id.size() && special_by_id[size_t(id)];
@@ -138,27 +147,34 @@ std::shared_ptr<TokenizerImpl> load_tokenizer_json(const fs::path& path) {
     }
   }
 
-  // Id -> token: the model's, overridden by added tokens.
-  size_t max_id = 0;
-  for (const auto& [token, id] : impl->model->vocab()) max_id = std::max(max_id, size_t(id) + 1);
+  // Ids below max_id: the model's and the added tokens'.
+  size_t max_id = impl->model->id_limit();
   for (const auto& a : added) max_id = std::max(max_id, size_t(a.id) + 1);
-  impl->token_by_id.assign(max_id, nullptr);
-  for (const auto& [token, id] : impl->model->vocab()) impl->token_by_id[size_t(id)] = &token;
 
   impl->added = AddedVocabulary(std::move(added), impl->normalizer.get());
   std::unordered_set<std::string_view> special_contents;
   int extra = 0;
+  auto& by_id = impl->added_by_id;
   for (const auto& a : impl->added.tokens()) {
     impl->added_ids.insert_or_assign(a.content, a.id);
-    impl->token_by_id[size_t(a.id)] = &a.content;
+    by_id.emplace_back(a.id, a.content);
     if (a.special) special_contents.insert(a.content);
     if (!impl->model->token_to_id(a.content)) ++extra;
   }
-  impl->vocab_size = int(impl->model->vocab().size()) + extra;
+  // Of added tokens sharing an id, the last one listed wins.
+  std::stable_sort(by_id.begin(), by_id.end(),
+                   [](const auto& x, const auto& y) { return x.first < y.first; });
+  auto last = std::unique(by_id.rbegin(), by_id.rend(),
+                          [](const auto& x, const auto& y) { return x.first == y.first; });
+  by_id.erase(by_id.begin(), last.base());
+  by_id.shrink_to_fit();
+  impl->added_at.assign(max_id, false);
+  for (const auto& entry : by_id) impl->added_at[size_t(entry.first)] = true;
+  impl->vocab_size = int(impl->model->vocab_size()) + extra;
   // Decoding skips by content, so a model token spelled like a special token is special too.
   impl->special_by_id.assign(max_id, false);
   for (size_t id = 0; id < max_id; ++id) {
-    const std::string* t = impl->token_by_id[id];
+    auto t = impl->token(int(id));
     impl->special_by_id[id] = t && special_contents.count(*t) > 0;
   }
   return impl;
@@ -253,7 +269,7 @@ std::string Tokenizer::decode(const std::vector<int>& ids, bool skip_special_tok
   tok::StringSink sink;
   auto stream = impl_->decoder->start(&sink);
   for (int id : ids) {
-    const std::string* t = impl_->token(id);
+    auto t = impl_->token(id);
     if (!t || (skip_special_tokens && impl_->special(id))) continue;
     stream.head()->push(*t, true, true);
   }
@@ -266,9 +282,9 @@ std::optional<int> Tokenizer::token_to_id(std::string_view token) const {
 }
 
 std::string Tokenizer::id_to_token(int id) const {
-  const std::string* t = impl_->token(id);
+  auto t = impl_->token(id);
   if (!t) fail("tokenizer", "id ", id, " is not in the vocabulary");
-  return *t;
+  return std::string(*t);
 }
 
 int Tokenizer::vocab_size() const { return impl_->vocab_size; }
@@ -293,7 +309,7 @@ void StreamingDetokenizer::reset() {
 }
 
 std::string StreamingDetokenizer::add(int id) {
-  const std::string* t = impl_->token(id);
+  auto t = impl_->token(id);
   if (!t || (skip_special_ && impl_->special(id))) return {};
   state_->stream.head()->push(*t, true, true);
   return std::exchange(state_->sink.text(), {});

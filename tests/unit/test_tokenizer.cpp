@@ -9,6 +9,7 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
@@ -16,6 +17,8 @@
 
 #include "core/error.h"
 #include "test_util.h"
+#include "tokenizer/bpe.h"
+#include "tokenizer/json_node.h"
 #include "tokenizer/regex.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/unicode.h"
@@ -294,6 +297,100 @@ TEST_F(TokenizerFiles, MinimalBpeWithoutDecoderJoinsWithSpaces) {
   EXPECT_EQ(tok.chat_template(), "{{ messages }}");
   EXPECT_EQ(tok.vocab_size(), 3);
   EXPECT_THROW(tok.id_to_token(3), lmx::Error);
+}
+
+// A plain id -> token and token -> id map built from tokenizer.json: the model's vocab (when keys
+// share an id, the first in the object's order wins), then the added tokens, which override it.
+struct PlainVocab {
+  std::map<int, std::string> by_id;
+  std::map<std::string, int> to_id;
+  size_t model_keys = 0;
+};
+
+PlainVocab plain_vocab(const json& j) {
+  PlainVocab v;
+  for (const auto& [token, id] : j["model"]["vocab"].items()) {
+    v.by_id.try_emplace(id.get<int>(), token);
+    v.to_id[token] = id.get<int>();
+    ++v.model_keys;
+  }
+  for (const auto& a : j["added_tokens"]) {
+    v.by_id[a["id"].get<int>()] = a["content"].get<std::string>();
+    v.to_id[a["content"].get<std::string>()] = a["id"].get<int>();
+  }
+  return v;
+}
+
+void expect_matches(const lmx::Tokenizer& tok, const PlainVocab& v, int id_limit) {
+  for (int id = 0; id < id_limit; ++id) {
+    auto it = v.by_id.find(id);
+    if (it == v.by_id.end()) {
+      EXPECT_THROW(tok.id_to_token(id), lmx::Error) << id;
+    } else {
+      ASSERT_EQ(tok.id_to_token(id), it->second) << id;
+    }
+  }
+  for (const auto& [token, id] : v.to_id) ASSERT_EQ(tok.token_to_id(token), id) << token;
+}
+
+TEST_F(TokenizerFiles, VocabLookupsMatchAPlainMap) {
+  // Holes (0, 3, 6, 8...), "x" and "y" sharing 7, "a" given twice (the last wins, leaving 0 a
+  // hole), an empty token, a token longer than a short string, added tokens overriding model
+  // tokens by id (2) and by content ("y"), and two added tokens sharing an id (20).
+  const std::string text = R"({"added_tokens": [
+      {"id": 5, "content": "<bos>", "special": true},
+      {"id": 2, "content": "AB", "special": false},
+      {"id": 3, "content": "y", "special": false},
+      {"id": 20, "content": "<eos>", "special": true},
+      {"id": 20, "content": "<end>", "special": true}],
+    "model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2, "": 4, "x": 7, "y": 7, "a": 9,
+              "a token longer than fifteen bytes": 12, "<s>": 5},
+              "merges": ["a b"]}})";
+  write("tokenizer.json", text);
+  auto tok = lmx::Tokenizer::from_dir(dir_);
+  PlainVocab v = plain_vocab(json::parse(text));
+  ASSERT_EQ(v.by_id.at(7), "x");
+  expect_matches(tok, v, 30);
+  EXPECT_FALSE(tok.token_to_id("z"));
+  EXPECT_FALSE(tok.token_to_id("a "));
+  // Model keys plus the added tokens the model lacks.
+  EXPECT_EQ(tok.vocab_size(), int(v.model_keys) + 4);
+  EXPECT_EQ(tok.encode("ab"), (std::vector<int>{2}));
+  EXPECT_EQ(tok.decode({9, 1, 2, 12}), "a b AB a token longer than fifteen bytes");
+  EXPECT_TRUE(tok.is_special(20));
+  EXPECT_FALSE(tok.is_special(7));
+}
+
+// Real vocabularies resolve every id and string as their JSON says, and the BPE tables take
+// what their layout promises: the token bytes, about 18 bytes a token and 17 a merge.
+TEST(TokenizerVocab, RealVocabulariesMatchTheirJson) {
+  for (std::string name : {"smollm2-135m-instruct-4bit", "gemma3-270m"}) {
+    fs::path path = lmx::test::data_dir() / name / "tokenizer.json";
+    if (!fs::exists(path)) {
+      std::printf("skipping %s: %s is absent\n", name.c_str(), path.c_str());
+      continue;
+    }
+    std::ifstream in(path);
+    json j = json::parse(in);
+    PlainVocab v = plain_vocab(j);
+    int id_limit = v.by_id.rbegin()->first + 1;
+    expect_matches(lmx::Tokenizer::from_file(path), v, id_limit + 2);
+
+    lmx::tok::Node model(j["model"], std::make_shared<const std::string>(path.string()), "model");
+    lmx::tok::BpeModel bpe(model);
+    size_t token_bytes = 0;
+    for (const auto& [token, id] : j["model"]["vocab"].items()) token_bytes += token.size();
+    size_t keys = v.model_keys, merges = j["model"]["merges"].size();
+    // Per token a 4-byte offset, id and id index plus 10/7 4-byte slots; 10/7 12-byte slots a
+    // merge.
+    size_t bound = token_bytes + 12 * keys + 4 * keys * 10 / 7 + 12 * merges * 10 / 7 + 256;
+    std::printf("%s: %zu tokens (%zu bytes), %zu merges: tables of %.2f MB\n", name.c_str(), keys,
+                token_bytes, merges, double(bpe.bytes()) / 1e6);
+    EXPECT_LE(bpe.bytes(), bound) << name;
+    if (name == "gemma3-270m") {
+      EXPECT_LT(bpe.bytes(), size_t(16) << 20);
+    }
+  }
 }
 
 // ------------------------------------------------------------------------------------------------
