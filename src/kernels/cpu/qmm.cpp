@@ -329,9 +329,11 @@ void for_rows(int n, const QWeight* ws, int M, const Fn& fn) {
   });
 }
 
-long packed_bytes(const QWeight& w) {
+// The packed copy's bytes at `bits` (the layout's: a 5/6-bit weight's packing source is
+// byte-wide).
+long packed_bytes(const QWeight& w, int bits) {
   const long blocks = (w.N + kPackRows - 1) / kPackRows;
-  return blocks * (w.K / w.group_size) * pack_group_bytes(w.group_size, w.bits, w.scale_type);
+  return blocks * (w.K / w.group_size) * pack_group_bytes(w.group_size, bits, w.scale_type);
 }
 
 // Nibbles 0-3 of x -> the low nibbles of bytes 0-3.
@@ -345,7 +347,7 @@ uint32_t gather_nibbles(uint32_t x) {
 }
 
 void pack_blocks(const QWeight& w, unsigned char* out, int b0, int b1, long ss, int groups,
-                 long wbytes, long gbytes, long row_bytes);
+                 long wbytes, long gbytes, long row_bytes, int bits);
 
 // Hands the whole pages of [p, p + n) back to the system (their bytes read as 0 after it).
 void drop_pages(const unsigned char* p, size_t n) {
@@ -354,21 +356,72 @@ void drop_pages(const unsigned char* p, size_t n) {
   if (e > a) madvise(reinterpret_cast<void*>(a), e - a, MADV_DONTNEED);
 }
 
-// MLX's layout -> the packed one (QmmI8Kernel::packed_rows), one block of rows per task.
-// consume: w.w's pages are handed back to the system as their rows are packed (w's owner is
-// about to free them and nothing else reads them), so the packing never holds both whole.
-void pack(const QWeight& w, unsigned char* out, bool consume = false) {
+// The 5/6-bit packed layout (qmm_args.h): per block of 32 inputs, 4 steps of 64 bytes as the
+// 4-bit layout's (byte 4 r + i of step s: the low nibbles of row r's inputs 8 s + i, i + 4), then
+// for each bit above the nibble (4, and 5 for 6-bit) and step a 64-bit mask of inputs 8 s + i
+// (bit 4 r + i) and one of 8 s + 4 + i. One row's values of a group (byte-wide, 0 .. 2^bits - 1)
+// at q -> row r's bytes of that group at gp. The masks' bytes are shared by rows r and r ^ 1
+// (cleared by the even row, then ORed; one block's rows are written by one task, in order).
+void pack_planes(const unsigned char* q, unsigned char* gp, int r, int group_size, int bits) {
+  for (int jb = 0; jb < group_size / 32; ++jb) {
+    unsigned char* bp = gp + 64L * bits * jb;
+    for (int s = 0; s < 4; ++s) {
+      const unsigned char* v = q + 32 * jb + 8 * s;
+      if (r % 2 == 0)  // the first of the two rows of these mask bytes
+        for (int plane = 0; plane < bits - 4; ++plane) {
+          unsigned char* m = bp + 256 + 64 * plane + 16 * s;
+          m[r / 2] = m[8 + r / 2] = 0;
+        }
+      for (int i = 0; i < 4; ++i) {
+        bp[64 * s + 4 * r + i] = static_cast<unsigned char>((v[i] & 15) | (v[i + 4] & 15) << 4);
+        const int bit = 4 * r + i;
+        for (int plane = 0; plane < bits - 4; ++plane) {
+          unsigned char* m = bp + 256 + 64 * plane + 16 * s;
+          m[bit / 8] |= static_cast<unsigned char>((v[i] >> (4 + plane) & 1) << (bit % 8));
+          m[8 + bit / 8] |= static_cast<unsigned char>((v[i + 4] >> (4 + plane) & 1) << (bit % 8));
+        }
+      }
+    }
+  }
+}
+
+// pack_planes' inverse: row r's byte-wide values of a group into q.
+void unpack_planes(const unsigned char* gp, int r, int group_size, int bits, unsigned char* q) {
+  for (int jb = 0; jb < group_size / 32; ++jb) {
+    const unsigned char* bp = gp + 64L * bits * jb;
+    for (int s = 0; s < 4; ++s) {
+      unsigned char* v = q + 32 * jb + 8 * s;
+      for (int i = 0; i < 4; ++i) {
+        const unsigned char b = bp[64 * s + 4 * r + i];
+        v[i] = b & 15;
+        v[i + 4] = b >> 4;
+        const int bit = 4 * r + i;
+        for (int plane = 0; plane < bits - 4; ++plane) {
+          const unsigned char* m = bp + 256 + 64 * plane + 16 * s;
+          v[i] |= static_cast<unsigned char>((m[bit / 8] >> (bit % 8) & 1) << (4 + plane));
+          v[i + 4] |= static_cast<unsigned char>((m[8 + bit / 8] >> (bit % 8) & 1) << (4 + plane));
+        }
+      }
+    }
+  }
+}
+
+// MLX's layout -> the packed one (QmmI8Kernel::packed_rows) at `bits`, one block of rows per
+// task: w's own bits, or 5/6 from w byte-wide (packing_source). consume: w.w's pages are handed
+// back to the system as their rows are packed (w's owner is about to free them and nothing else
+// reads them), so the packing never holds both whole.
+void pack(const QWeight& w, unsigned char* out, int bits, bool consume = false) {
   const long ss = scale_bytes(w.scale_type);
   const int groups = w.K / w.group_size;
-  const long wbytes = pack_weight_bytes(w.group_size, w.bits);
-  const long gbytes = pack_group_bytes(w.group_size, w.bits, w.scale_type);
+  const long wbytes = pack_weight_bytes(w.group_size, bits);
+  const long gbytes = pack_group_bytes(w.group_size, bits, w.scale_type);
   const long row_bytes = static_cast<long>(w.K) * w.bits / 8;
   const int blocks = (w.N + kPackRows - 1) / kPackRows;
   // Chunks of blocks (4 MiB of w, at least one block) in order when consuming, else one.
   const int chunk = consume ? std::max<int>(1, (4L << 20) / (row_bytes * kPackRows)) : blocks;
   for (int b0 = 0; b0 < blocks; b0 += chunk) {
     const int b1 = std::min(blocks, b0 + chunk);
-    pack_blocks(w, out, b0, b1, ss, groups, wbytes, gbytes, row_bytes);
+    pack_blocks(w, out, b0, b1, ss, groups, wbytes, gbytes, row_bytes, bits);
     // The whole pages of w's bytes before the last row packed so far.
     if (consume)
       drop_pages(w.w, std::min<long>(w.N, static_cast<long>(b1) * kPackRows) * row_bytes);
@@ -377,7 +430,7 @@ void pack(const QWeight& w, unsigned char* out, bool consume = false) {
 
 // Blocks [b0, b1) of pack.
 void pack_blocks(const QWeight& w, unsigned char* out, int b0, int b1, long ss, int groups,
-                 long wbytes, long gbytes, long row_bytes) {
+                 long wbytes, long gbytes, long row_bytes, int bits) {
   parallel_for(b1 - b0, [&, b0](int t) {
     const int b = b0 + t;
     unsigned char* blk =
@@ -388,13 +441,17 @@ void pack_blocks(const QWeight& w, unsigned char* out, int b0, int b1, long ss, 
       for (int g = 0; g < groups; ++g) {
         unsigned char* gp = blk + g * gbytes;
         const unsigned char* q = src + static_cast<long>(g) * w.group_size * w.bits / 8;
-        // One 4-byte word per step and row: 4 inputs as stored (8-bit), or 8 nibbles k .. k + 7
-        // (LSB first) -> byte i = nibble i | nibble i + 4 << 4 (4-bit).
-        for (int step = 0; step < w.group_size * w.bits / 32; ++step) {
-          uint32_t u;
-          std::memcpy(&u, q + 4L * step, 4);
-          if (w.bits == 4) u = spread_nibbles(u & 0xFFFFu) | spread_nibbles(u >> 16) << 4;
-          std::memcpy(gp + 64L * step + 4L * r, &u, 4);
+        if (bits == 5 || bits == 6) {
+          pack_planes(q, gp, r, w.group_size, bits);
+        } else {
+          // One 4-byte word per step and row: 4 inputs as stored (8-bit), or 8 nibbles k .. k + 7
+          // (LSB first) -> byte i = nibble i | nibble i + 4 << 4 (4-bit).
+          for (int step = 0; step < w.group_size * w.bits / 32; ++step) {
+            uint32_t u;
+            std::memcpy(&u, q + 4L * step, 4);
+            if (w.bits == 4) u = spread_nibbles(u & 0xFFFFu) | spread_nibbles(u >> 16) << 4;
+            std::memcpy(gp + 64L * step + 4L * r, &u, 4);
+          }
         }
         const long at = (n * groups + g) * ss;
         std::memcpy(gp + wbytes + r * ss, static_cast<const char*>(w.scales) + at, ss);
@@ -485,20 +542,23 @@ std::optional<PackedRows> in_place(const unsigned char* w, const std::weak_ptr<v
 // weight's copy was packed from its byte-wide bytes (8 bits), narrowed back here.
 void unpack_row(const PackedRows& p, long n, unsigned char* out) {
   const bool wide = p.bits == 5 || p.bits == 6;
-  const int bits = wide ? 8 : p.bits;
   std::vector<unsigned char> bytes(wide ? p.K : 0);
-  unsigned char* dst = wide ? bytes.data() : out;
   const int groups = p.K / p.group_size;
-  const long gbytes = pack_group_bytes(p.group_size, bits, p.scale_type);
+  const long gbytes = pack_group_bytes(p.group_size, p.bits, p.scale_type);
   const long b = n / kPackRows, r = n % kPackRows;
   const unsigned char* blk = p.p + b * groups * gbytes;
   for (int g = 0; g < groups; ++g) {
     const unsigned char* gp = blk + g * gbytes;
-    unsigned char* q = dst + static_cast<long>(g) * p.group_size * bits / 8;
-    for (int step = 0; step < p.group_size * bits / 32; ++step) {
+    if (wide) {
+      unpack_planes(gp, static_cast<int>(r), p.group_size, p.bits,
+                    bytes.data() + static_cast<long>(g) * p.group_size);
+      continue;
+    }
+    unsigned char* q = out + static_cast<long>(g) * p.group_size * p.bits / 8;
+    for (int step = 0; step < p.group_size * p.bits / 32; ++step) {
       uint32_t u;
       std::memcpy(&u, gp + 64L * step + 4L * r, 4);
-      if (bits == 4)
+      if (p.bits == 4)
         u = gather_nibbles(u & 0x0F0F0F0Fu) | gather_nibbles(u >> 4 & 0x0F0F0F0Fu) << 16;
       std::memcpy(q + 4L * step, &u, 4);
     }
@@ -514,11 +574,10 @@ void unpack_row(const PackedRows& p, long n, unsigned char* out) {
 // Row n's scales and biases (K / group_size values each, in the copy's scale type) from the
 // packed layout, as MLX's arrays held them.
 void unpack_affine_row(const PackedRows& p, long n, unsigned char* scales, unsigned char* biases) {
-  const int bits = p.bits == 5 || p.bits == 6 ? 8 : p.bits;
   const int groups = p.K / p.group_size;
   const long ss = scale_bytes(p.scale_type);
-  const long wbytes = pack_weight_bytes(p.group_size, bits);
-  const long gbytes = pack_group_bytes(p.group_size, bits, p.scale_type);
+  const long wbytes = pack_weight_bytes(p.group_size, p.bits);
+  const long gbytes = pack_group_bytes(p.group_size, p.bits, p.scale_type);
   const long b = n / kPackRows, r = n % kPackRows;
   const unsigned char* blk = p.p + b * groups * gbytes;
   for (int g = 0; g < groups; ++g) {
@@ -579,8 +638,9 @@ const unsigned char* packed_weight(const QWeight& w) {
   c.drop_expired();
   std::unique_ptr<Mapping> wide;
   const QWeight src = packing_source(w, wide);
-  auto data = std::make_unique<Mapping>(static_cast<size_t>(packed_bytes(src)), packed_held);
-  pack(src, data->p);
+  auto data =
+      std::make_unique<Mapping>(static_cast<size_t>(packed_bytes(src, w.bits)), packed_held);
+  pack(src, data->p, w.bits);
   const unsigned char* p = data->p;
   c.map.emplace(w.w, Packed{w.owner, w.scales, w.N, w.K, w.group_size, w.bits, w.scale_type,
                             std::move(data), p});
@@ -637,7 +697,7 @@ std::optional<mx::array> pack_in_place(const mx::array& w, const mx::array& scal
   std::unique_ptr<Mapping> bytewide;
   const QWeight src = packing_source(q, bytewide);
   if (wide && consume && w.is_donatable()) drop_pages(q.w, w.nbytes());  // read: the copy has them
-  const size_t bytes = static_cast<size_t>(packed_bytes(src));
+  const size_t bytes = static_cast<size_t>(packed_bytes(src, bits));
   check(bytes >= w.nbytes(), "pack_in_place", "a packed copy of ", bytes,
         " bytes is smaller than the weight's ", w.nbytes());
   mx::array out = in_place_array(bytes, w.shape(), w.dtype());
@@ -645,11 +705,11 @@ std::optional<mx::array> pack_in_place(const mx::array& w, const mx::array& scal
   // Padding rows 0 (the last block's); pack writes every other byte, so the pages of the copy
   // are touched as it goes while w's go (consume).
   const long last =
-      packed_bytes(src) -
-      (src.K / src.group_size) * pack_group_bytes(src.group_size, src.bits, src.scale_type);
+      packed_bytes(src, bits) -
+      (src.K / src.group_size) * pack_group_bytes(src.group_size, bits, src.scale_type);
   std::memset(p + last, 0, bytes - last);
   // w's own pages go as they are packed where w is its caller's only handle on them.
-  pack(src, p, consume && !wide && w.is_donatable());
+  pack(src, p, bits, consume && !wide && w.is_donatable());
   bytewide.reset();
   PackedCache& c = packed_cache();
   std::lock_guard<std::mutex> lock(c.mu);
@@ -825,14 +885,13 @@ void prepack(const mx::array& w, const mx::array& scales, const mx::array& biase
 
 namespace {
 
-// The weight as the int8 kernels read it: a 5/6-bit one as 8 bits, through its packed copy
-// (packed_weight widens it for the packing only) or else its byte-wide copy (widened_weight).
+// The weight as the int8 kernels read it: a 5/6-bit one through its packed copy (5/6-bit,
+// packed from a byte-wide copy made for the packing only) or else as 8 bits, its byte-wide copy
+// (widened_weight).
 QWeight int8_layout(const QWeight& w, bool packed) {
   if (!widened_bits(w.bits)) return w;
   if (!packed) return widened_weight(w);
-  QWeight q = w;  // its bytes are read from packed_weight(w)
-  q.bits = 8;
-  return q;
+  return w;  // its bytes are read from packed_weight(w), 5/6-bit (pack_planes)
 }
 
 // ws: the weights as stored (5/6-bit ones too, taken as int8_layout).

@@ -82,7 +82,9 @@ using QuantizeXFn = void (*)(const float* x, int M, int K, int group_size, int b
 // The 512-bit kernel's own weight layout, made once per weight (qmm.cpp): per block of
 // kPackRows rows (the last one padded with zero rows), per group: the group's weights as 64-byte
 // steps whose byte 4 r + i holds row r's input k + i (8-bit, 4 inputs a step) or inputs k + i in
-// the low nibble and k + 4 + i in the high one (4-bit, 8 inputs a step), then the block's
+// the low nibble and k + 4 + i in the high one (4-bit, 8 inputs a step; 5/6-bit: these low
+// nibbles, then per block of 32 inputs a 64-bit mask per higher bit, step and half, qmm.cpp
+// pack_planes), then the block's
 // kPackRows scales and kPackRows biases in the scale type. Each int32 lane of a vpdpbusd then
 // sums one row, so no horizontal sums and no scale broadcasts are needed.
 constexpr int kPackRows = 16;

@@ -346,6 +346,13 @@ inline __m512i bcast4(const signed char* p) {
   return _mm512_set1_epi32(v);
 }
 
+// The 64-bit mask at p (byte-aligned).
+inline __mmask64 mask64(const unsigned char* p) {
+  unsigned long long m;
+  __builtin_memcpy(&m, p, 8);
+  return static_cast<__mmask64>(m);
+}
+
 // Output row m, rows nb .. nb + kPackRows, from the packed block at blk: int32 lane r sums row
 // r's products, so the scales and biases apply as vectors and no horizontal sum is needed. Per
 // block of 32 inputs each limb's sums are exact in int32. (Two blocks at once, two weight
@@ -377,6 +384,29 @@ inline void packed_pass(const QmmI8Args& a, const unsigned char* blk, int m, int
           const __m512i v = _mm512_loadu_si512(gp + (4L * jb + s) * 64);
           const __m512i lo = _mm512_and_si512(v, low);
           const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
+          c1[0] = _mm512_dpbusd_epi32(c1[0], lo, bcast4(q1 + k));
+          c1[1] = _mm512_dpbusd_epi32(c1[1], hi, bcast4(q1 + k + 4));
+          c2[0] = _mm512_dpbusd_epi32(c2[0], lo, bcast4(q2 + k));
+          c2[1] = _mm512_dpbusd_epi32(c2[1], hi, bcast4(q2 + k + 4));
+        }
+      } else if constexpr (BITS == 5 || BITS == 6) {
+        // The 4-bit layout's steps, then a mask per bit above the nibble, step and half: its
+        // set bits add 16 (32) to the byte-wide values, which then meet the activations as
+        // 8-bit weights' do (qmm.cpp pack_planes).
+        const unsigned char* bp = gp + 64L * BITS * jb;
+        const __m512i c16 = _mm512_set1_epi8(16), c32 = _mm512_set1_epi8(32);
+        for (int s = 0; s < 4; ++s) {
+          const int k = k0 + 8 * s;
+          const __m512i v = _mm512_loadu_si512(bp + 64L * s);
+          __m512i lo = _mm512_and_si512(v, low);
+          __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
+          const unsigned char* pl = bp + 256 + 16L * s;
+          lo = _mm512_mask_add_epi8(lo, mask64(pl), lo, c16);
+          hi = _mm512_mask_add_epi8(hi, mask64(pl + 8), hi, c16);
+          if constexpr (BITS == 6) {
+            lo = _mm512_mask_add_epi8(lo, mask64(pl + 64), lo, c32);
+            hi = _mm512_mask_add_epi8(hi, mask64(pl + 72), hi, c32);
+          }
           c1[0] = _mm512_dpbusd_epi32(c1[0], lo, bcast4(q1 + k));
           c1[1] = _mm512_dpbusd_epi32(c1[1], hi, bcast4(q1 + k + 4));
           c2[0] = _mm512_dpbusd_epi32(c2[0], lo, bcast4(q2 + k));
@@ -415,10 +445,19 @@ inline void packed_impl(const QmmI8Args& a, int n0, int n1) {
 }
 
 inline void qmm_i8_packed_rows(const QmmI8Args& a, int n0, int n1) {
-  if (a.bits == 4)
-    packed_impl<4>(a, n0, n1);
-  else
-    packed_impl<8>(a, n0, n1);
+  switch (a.bits) {
+    case 4:
+      packed_impl<4>(a, n0, n1);
+      break;
+    case 5:
+      packed_impl<5>(a, n0, n1);
+      break;
+    case 6:
+      packed_impl<6>(a, n0, n1);
+      break;
+    default:
+      packed_impl<8>(a, n0, n1);
+  }
 }
 #endif
 
