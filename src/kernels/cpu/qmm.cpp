@@ -649,35 +649,51 @@ const unsigned char* packed_weight(const QWeight& w) {
 
 namespace {
 
-// An array over a buffer of `bytes` in its own anonymous mapping (as a Mapping: outside the
-// malloc heap, where the packed copies made prefill 12-15% slower, and on huge pages where the
-// kernel allows), freed with the array. MLX's CPU buffers keep their size in the 8 bytes before
-// the data (checked here: where they do not, MLX's allocator gives the buffer).
-mx::array in_place_array(size_t bytes, const mx::Shape& shape, mx::Dtype dtype) {
-  constexpr size_t kHead = 4096;  // the data page-aligned, MLX's header at the end of this page
-  const size_t total = kHead + bytes;
+// `bytes` in their own anonymous mapping after a header page whose last 8 bytes hold the size,
+// where MLX's CPU buffers keep it (the data page-aligned); nullopt where MLX's buffers have
+// another layout (checked at run time).
+struct HeadedMapping {
+  unsigned char* base;
+  size_t total;
+  mx::allocator::Buffer buf;
+};
+constexpr size_t kHead = 4096;  // the header page
+std::optional<HeadedMapping> headed_mapping(size_t bytes, const char* what) {
+  const size_t total = kHead + std::max<size_t>(bytes, 1);
   void* m = mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  check(m != MAP_FAILED, "quantized_matmul", "out of memory packing a weight of ", bytes, " bytes");
+  check(m != MAP_FAILED, "quantized_matmul", "out of memory ", what, " of ", bytes, " bytes");
   auto* base = static_cast<unsigned char*>(m);
   mx::allocator::Buffer buf(base + kHead - sizeof(size_t));
-  in_place_held += bytes;
-  if (buf.raw_ptr() != base + kHead) {  // another buffer layout: MLX's allocator
+  if (buf.raw_ptr() != base + kHead) {
     munmap(m, total);
+    return std::nullopt;
+  }
+  std::memcpy(base + kHead - sizeof(size_t), &bytes, sizeof(size_t));
+  return HeadedMapping{base, total, buf};
+}
+
+// An array over a buffer of `bytes` in its own anonymous mapping (as a Mapping: outside the
+// malloc heap, where the packed copies made prefill 12-15% slower, and on huge pages where the
+// kernel allows), freed with the array; where headed_mapping cannot serve, MLX's allocator gives
+// the buffer.
+mx::array in_place_array(size_t bytes, const mx::Shape& shape, mx::Dtype dtype) {
+  in_place_held += bytes;
+  const std::optional<HeadedMapping> h = headed_mapping(bytes, "packing a weight");
+  if (!h)
     return mx::array(mx::allocator::Data(mx::allocator::allocator().malloc(bytes),
                                          [bytes](mx::allocator::Buffer b) {
                                            mx::allocator::allocator().free(b);
                                            in_place_held -= bytes;
                                          }),
                      shape, dtype);
-  }
-  std::memcpy(base + kHead - sizeof(size_t), &bytes, sizeof(size_t));
-  madvise(base + kHead, bytes, MADV_HUGEPAGE);
-  return mx::array(mx::allocator::Data(buf,
-                                       [base, total, bytes](mx::allocator::Buffer) {
-                                         munmap(base, total);
-                                         in_place_held -= bytes;
-                                       }),
-                   shape, dtype);
+  madvise(h->base + kHead, bytes, MADV_HUGEPAGE);
+  return mx::array(
+      mx::allocator::Data(h->buf,
+                          [base = h->base, total = h->total, bytes](mx::allocator::Buffer) {
+                            munmap(base, total);
+                            in_place_held -= bytes;
+                          }),
+      shape, dtype);
 }
 
 }  // namespace
@@ -723,25 +739,16 @@ std::optional<mx::array> pack_in_place(const mx::array& w, const mx::array& scal
 namespace {
 
 // An array of `shape` over address space only: its bytes are never mapped in, and reading them
-// faults. Null where MLX's buffers do not keep their size before the data (in_place_array).
+// faults. Null where MLX's buffers have another layout (headed_mapping).
 std::optional<mx::array> reserved_array(const mx::Shape& shape, mx::Dtype dtype) {
-  constexpr size_t kHead = 4096;
   size_t bytes = dtype.size();
   for (int d : shape) bytes *= static_cast<size_t>(d);
-  const size_t total = kHead + std::max<size_t>(bytes, 1);
-  void* m = mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (m == MAP_FAILED) return std::nullopt;
-  auto* base = static_cast<unsigned char*>(m);
-  mx::allocator::Buffer buf(base + kHead - sizeof(size_t));
-  if (buf.raw_ptr() != base + kHead) {
-    munmap(m, total);
-    return std::nullopt;
-  }
-  std::memcpy(base + kHead - sizeof(size_t), &bytes, sizeof(size_t));
-  mprotect(base + kHead, total - kHead, PROT_NONE);
-  return mx::array(
-      mx::allocator::Data(buf, [base, total](mx::allocator::Buffer) { munmap(base, total); }),
-      shape, dtype);
+  const std::optional<HeadedMapping> h = headed_mapping(bytes, "reserving scales");
+  if (!h) return std::nullopt;
+  mprotect(h->base + kHead, h->total - kHead, PROT_NONE);
+  return mx::array(mx::allocator::Data(h->buf, [base = h->base, total = h->total](
+                                                   mx::allocator::Buffer) { munmap(base, total); }),
+                   shape, dtype);
 }
 
 mx::Dtype scale_dtype(ScaleType t) {
