@@ -11,11 +11,12 @@ step's order; independent calls would overlap on the GPU). Wall time per call is
 per call (the kernels between its markers) and its fraction of the copy bandwidth measured the
 same way in the same process.
 
-Variants (--variants WARPS:UNROLL,...) compile the same source with qmv.cuh's LMX_QMV_WARPS and
-LMX_QMV_UNROLL set; the first is reported as "lmx", the others as "lmx-w<W>u<U>".
+Variants (--variants WARPS:UNROLL[:PIPE],...) compile the same source with qmv.cuh's LMX_QMV_WARPS,
+LMX_QMV_UNROLL and LMX_QMV_PIPE set; the first is reported as "lmx", the others as
+"lmx-w<W>u<U>[p]".
 
 usage: qmv_bench.py [--plan plan.json] [--shapes KxN,...] [--rows 1,4,8,16] [--layouts 4:64,...]
-                    [--variants 8:4,8:2,...]
+                    [--variants 8:4,8:4:1,...]
        qmv_bench.py --report trace.csv --plan plan.json
 """
 import argparse
@@ -39,10 +40,12 @@ def run(a):
     src = (ROOT / "src/kernels/cuda/qmv.cuh").read_text()
     variants = []
     for i, v in enumerate(a.variants.split(",")):
-        W, U = (int(t) for t in v.split(":"))
-        head = f"#define LMX_QMV_WARPS {W}\n#define LMX_QMV_UNROLL {U}\n" + src
-        variants.append(("lmx" if i == 0 else f"lmx-w{W}u{U}", W,
-                         mx.fast.cuda_kernel(f"lmx_qmv_w{W}u{U}", ["x", "w", "scales", "biases"],
+        W, U, P = ([int(t) for t in v.split(":")] + [0])[:3]
+        head = (f"#define LMX_QMV_WARPS {W}\n#define LMX_QMV_UNROLL {U}\n"
+                f"#define LMX_QMV_PIPE {P}\n" + src)
+        tag = f"w{W}u{U}" + ("p" if P else "")
+        variants.append(("lmx" if i == 0 else f"lmx-{tag}", W,
+                         mx.fast.cuda_kernel(f"lmx_qmv_{tag}", ["x", "w", "scales", "biases"],
                                              ["out"], BODY, header=head, ensure_row_contiguous=True)))
     mark_k = mx.fast.cuda_kernel("lmx_mark", ["a"], ["o"], "o[0] = a[0];")
     token = mx.zeros((1,), dtype=mx.float32)
@@ -194,7 +197,7 @@ def main():
     ap.add_argument("--shapes", default=SHAPES)
     ap.add_argument("--rows", default="1,4,8,16")
     ap.add_argument("--layouts", default="4:64,4:32,8:64")
-    ap.add_argument("--variants", default="8:4", help="WARPS:UNROLL of qmv.cuh, the first is 'lmx'")
+    ap.add_argument("--variants", default="8:4", help="WARPS:UNROLL[:PIPE] of qmv.cuh, the first is 'lmx'")
     ap.add_argument("--dtype", default="bfloat16")
     ap.add_argument("--warmup", type=int, default=8)
     ap.add_argument("--calls", type=int, default=64)

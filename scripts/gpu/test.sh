@@ -6,6 +6,8 @@
 #   2. mlx-lm's reference on the GPU for ROWS (gen_tiny_models.py --device gpu), then
 #      lmx_tests_models: L1 parity (Rows/Parity.*, bit-exact with mlx-lm) and tier L3's gates
 #      against L1 on the GPU (Rows/CudaTiers.*: teacher-forced KL <= 1e-3, top-1 >= 99%, greedy).
+#   3. with PIPE=1, steps 1 and 2's tier gates again on the kernels' software-pipelined build
+#      (LMX_CUDA_QMV_PIPE=1).
 # Logs go to $OUT (or /tmp); the last lines are a summary.
 # Environment: ROWS (default: the 16-byte aligned quantized rows and two float rows),
 # LMX_TEST_DATA (default /tmp/testdata), GEN_TIMEOUT / TEST_TIMEOUT (seconds).
@@ -39,8 +41,11 @@ echo "test: reference rc=$rc after $((SECONDS - t0)) s: $(tail -n 1 "$out/test-g
 if ((rc)); then
   tail -n 20 "$out/test-gen.log"; status=1
 else
-  filter=""
-  for r in "${rows[@]}"; do filter+="${filter:+:}Rows/Parity.*/$r:Rows/CudaTiers.*/$r"; done
+  filter="" tiers=""
+  for r in "${rows[@]}"; do
+    filter+="${filter:+:}Rows/Parity.*/$r:Rows/CudaTiers.*/$r"
+    tiers+="${tiers:+:}Rows/CudaTiers.*/$r"
+  done
   log="$out/test-models.log"
   timeout "${TEST_TIMEOUT:-300}" lmx_tests_models --gtest_filter="$filter" --gtest_brief=1 >"$log" 2>&1
   rc=$?; ((rc)) && status=1
@@ -48,6 +53,22 @@ else
   echo "test: models rc=$rc after $((SECONDS - t0)) s"
   grep '^\[ gate \]' "$log"
   grep -B2 -A8 'Failure' "$log" | cut -c1-240 | head -n 60
+  if [[ "${PIPE:-0}" == 1 ]]; then
+    log="$out/test-unit-pipe.log"
+    timeout "${TEST_TIMEOUT:-300}" env LMX_CUDA_QMV_PIPE=1 lmx_tests_unit \
+      --gtest_filter='*CudaQmm*' --gtest_brief=1 >"$log" 2>&1
+    rc=$?; ((rc)) && status=1
+    summary+=("unit CudaQmm (LMX_CUDA_QMV_PIPE=1): rc=$rc $(gtest_counts "$log")")
+    grep -B2 -A8 'Failure' "$log" | cut -c1-240 | head -n 30
+    log="$out/test-models-pipe.log"
+    timeout "${TEST_TIMEOUT:-300}" env LMX_CUDA_QMV_PIPE=1 lmx_tests_models \
+      --gtest_filter="$tiers" --gtest_brief=1 >"$log" 2>&1
+    rc=$?; ((rc)) && status=1
+    summary+=("models CudaTiers (LMX_CUDA_QMV_PIPE=1): rc=$rc $(gtest_counts "$log")")
+    echo "test: pipe rc=$rc after $((SECONDS - t0)) s"
+    grep '^\[ gate \]' "$log"
+    grep -B2 -A8 'Failure' "$log" | cut -c1-240 | head -n 30
+  fi
 fi
 echo "test: summary after $((SECONDS - t0)) s"
 printf '  %s\n' "${summary[@]}"

@@ -21,6 +21,7 @@
 #include <mlx/primitives.h>
 
 #include "kernels/cuda/qmv_fatbin.h"
+#include "kernels/cuda/qmv_pipe_fatbin.h"
 #include "kernels/cuda/runtime.h"
 #endif
 
@@ -212,8 +213,14 @@ CUfunction function(int index) {
   static std::once_flag once;
   std::call_once(once, [] {
     // bin2c's array has byte alignment; the loader reads the image as 8-byte words.
-    std::vector<unsigned long long> image((sizeof(lmx_qmv_fatbin) + 7) / 8);
-    std::memcpy(image.data(), lmx_qmv_fatbin, sizeof(lmx_qmv_fatbin));
+    // LMX_CUDA_QMV_PIPE=1: the build of the kernels with qmv.cuh's software pipeline.
+    const char* pv = std::getenv("LMX_CUDA_QMV_PIPE");
+    const std::string pipe = pv ? pv : "0";
+    check(pipe == "0" || pipe == "1", "LMX_CUDA_QMV_PIPE", "expected 0 or 1, got '", pipe, "'");
+    const unsigned char* bin = pipe == "1" ? lmx_qmv_pipe_fatbin : lmx_qmv_fatbin;
+    const size_t bytes = pipe == "1" ? sizeof(lmx_qmv_pipe_fatbin) : sizeof(lmx_qmv_fatbin);
+    std::vector<unsigned long long> image((bytes + 7) / 8);
+    std::memcpy(image.data(), bin, bytes);
     CUmodule mod = nullptr;
     check_cu(cuModuleLoadData(&mod, image.data()), "cuModuleLoadData(qmv fatbin)");
     const char* types[2] = {"bf16", "f16"};

@@ -45,6 +45,11 @@ using u32 = unsigned int;  // uint32_t where MLX's JIT header defines it; NVRTC 
 constexpr int kWarps = LMX_QMV_WARPS;
 constexpr int kSlice = 128;  // inputs per warp step
 constexpr int kUnroll = LMX_QMV_UNROLL;
+// 1: each warp loads its next batch of slices while it computes the current one (partial_tile).
+#ifndef LMX_QMV_PIPE
+#define LMX_QMV_PIPE 0
+#endif
+constexpr bool kPipe = LMX_QMV_PIPE != 0;
 
 template <typename T>
 struct Ops;
@@ -102,8 +107,8 @@ __device__ inline typename Ops<T>::T2 as_t2(u32 v) {
 // 2j and 2j + 1 for one feature: step h gets slots (2t, 2t+1) = inputs (2h, 2h+4) and slots
 // (2t+8, 2t+9) = inputs (2h+1, 2h+5) of the word.
 template <typename T>
-__device__ inline void dequant4(u32 word, typename Ops<T>::T2 s2, typename Ops<T>::T2 b2,
-                                u32* lo, u32* hi) {
+__device__ inline void dequant4(u32 word, typename Ops<T>::T2 s2, typename Ops<T>::T2 b2, u32* lo,
+                                u32* hi) {
   using O = Ops<T>;
   const typename O::T2 magic = as_t2<T>(O::kMagic);
 #pragma unroll
@@ -164,8 +169,7 @@ __device__ inline void partial_tile(const T* __restrict__ x, const u32* __restri
   const int groups_per_row = K / GS;
 
   // Features g and g + 8 of this block.
-  const u32* wrow[2] = {w + size_t(n0 + g) * words_per_row,
-                             w + size_t(n0 + g + 8) * words_per_row};
+  const u32* wrow[2] = {w + size_t(n0 + g) * words_per_row, w + size_t(n0 + g + 8) * words_per_row};
   const T* srow[2] = {scales + size_t(n0 + g) * groups_per_row,
                       scales + size_t(n0 + g + 8) * groups_per_row};
   const T* brow[2] = {biases + size_t(n0 + g) * groups_per_row,
@@ -185,11 +189,16 @@ __device__ inline void partial_tile(const T* __restrict__ x, const u32* __restri
 #pragma unroll
     for (int i = 0; i < 4; ++i) acc[tt][i] = 0.0f;
 
-  for (int s0 = wi; s0 < slices; s0 += nw * kUnroll) {
-    uint4 wv[kUnroll][2][kLoads];
-    T sv[kUnroll][2], bv[kUnroll][2];
+  // A batch of kU slices (s0, s0 + nw, ...) of both feature rows: weights, scales and biases.
+  // 8-bit weights take twice the registers per slice, so their batches hold half the slices.
+  constexpr int kU = BITS == 8 && kPipe ? (kUnroll + 1) / 2 : kUnroll;
+  struct Batch {
+    uint4 wv[kU][2][kLoads];
+    T sv[kU][2], bv[kU][2];
+  };
+  auto load = [&](Batch& buf, int s0) {
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
+    for (int u = 0; u < kU; ++u) {
       const int s = s0 + u * nw;
       if (s < slices) {
         const int k = s * kSlice + 32 * t;  // this lane's first input
@@ -197,14 +206,17 @@ __device__ inline void partial_tile(const T* __restrict__ x, const u32* __restri
         for (int r = 0; r < 2; ++r) {
           const uint4* p = reinterpret_cast<const uint4*>(wrow[r] + k * BITS / 32);
 #pragma unroll
-          for (int l = 0; l < kLoads; ++l) wv[u][r][l] = __ldcs(p + l);
-          sv[u][r] = srow[r][k / GS];
-          bv[u][r] = brow[r][k / GS];
+          for (int l = 0; l < kLoads; ++l) buf.wv[u][r][l] = __ldcs(p + l);
+          buf.sv[u][r] = srow[r][k / GS];
+          buf.bv[u][r] = brow[r][k / GS];
         }
       }
     }
+  };
+  // The batch's products, in slice order (the same sums whichever way the loads were batched).
+  auto compute = [&](const Batch& buf, int s0) {
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
+    for (int u = 0; u < kU; ++u) {
       const int s = s0 + u * nw;
       if (s >= slices) break;
       const int k = s * kSlice + 32 * t;
@@ -214,15 +226,14 @@ __device__ inline void partial_tile(const T* __restrict__ x, const u32* __restri
       for (int tt = 0; tt < TT; ++tt) {
         const uint4* p = reinterpret_cast<const uint4*>(xrow[tt] + k);
 #pragma unroll
-        for (int l = 0; l < 4; ++l)
-          xv[tt][l] = has_row[tt] ? p[l] : make_uint4(0u, 0u, 0u, 0u);
+        for (int l = 0; l < 4; ++l) xv[tt][l] = has_row[tt] ? p[l] : make_uint4(0u, 0u, 0u, 0u);
       }
       if constexpr (BITS == 4) {
         T2 s2[2], b2[2];
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
-          s2[r] = T2(sv[u][r], sv[u][r]);
-          b2[r] = T2(bv[u][r], bv[u][r]);
+          s2[r] = T2(buf.sv[u][r], buf.sv[u][r]);
+          b2[r] = T2(buf.bv[u][r], buf.bv[u][r]);
         }
         // Word j (of 4) covers inputs 8j .. 8j + 7: mma steps 2j, 2j + 1.
 #pragma unroll
@@ -230,7 +241,7 @@ __device__ inline void partial_tile(const T* __restrict__ x, const u32* __restri
           u32 lo[2][2], hi[2][2];  // [feature row][step h]
 #pragma unroll
           for (int r = 0; r < 2; ++r) {
-            const uint4& q = wv[u][r][0];
+            const uint4& q = buf.wv[u][r][0];
             const u32 word = j == 0 ? q.x : j == 1 ? q.y : j == 2 ? q.z : q.w;
             dequant4<T>(word, s2[r], b2[r], lo[r], hi[r]);
           }
@@ -252,8 +263,8 @@ __device__ inline void partial_tile(const T* __restrict__ x, const u32* __restri
         float sf[2], bf[2];
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
-          sf[r] = O::to_float(sv[u][r]);
-          bf[r] = O::to_float(bv[u][r]);
+          sf[r] = O::to_float(buf.sv[u][r]);
+          bf[r] = O::to_float(buf.bv[u][r]);
         }
         // Word j (of 8) covers inputs 4j .. 4j + 3: mma step j.
 #pragma unroll
@@ -261,7 +272,7 @@ __device__ inline void partial_tile(const T* __restrict__ x, const u32* __restri
           u32 lo[2], hi[2];
 #pragma unroll
           for (int r = 0; r < 2; ++r) {
-            const uint4& q = wv[u][r][j / 4];
+            const uint4& q = buf.wv[u][r][j / 4];
             const u32 word = j % 4 == 0 ? q.x : j % 4 == 1 ? q.y : j % 4 == 2 ? q.z : q.w;
             dequant8<T>(word, sf[r], bf[r], lo[r], hi[r]);
           }
@@ -275,6 +286,35 @@ __device__ inline void partial_tile(const T* __restrict__ x, const u32* __restri
           }
         }
       }
+    }
+  };
+  if constexpr (kPipe) {
+    // Software pipeline: the next batch's loads are in flight while this batch is computed, and
+    // the next batch's x rows are prefetched into L1 (the weights stream from HBM once; x is
+    // read by every block and otherwise arrives from L2 at each slice).
+    Batch cur, nxt;
+    load(cur, wi);
+    for (int s0 = wi; s0 < slices; s0 += nw * kU) {
+      const int s1 = s0 + nw * kU;
+      if (s1 < slices) {
+        load(nxt, s1);
+#pragma unroll
+        for (int u = 0; u < kU; ++u) {
+          const int s = s1 + u * nw;
+#pragma unroll
+          for (int tt = 0; tt < TT; ++tt)
+            if (s < slices && has_row[tt])
+              asm volatile("prefetch.global.L1 [%0];" ::"l"(xrow[tt] + s * kSlice + 32 * t));
+        }
+      }
+      compute(cur, s0);
+      cur = nxt;
+    }
+  } else {
+    for (int s0 = wi; s0 < slices; s0 += nw * kU) {
+      Batch buf;
+      load(buf, s0);
+      compute(buf, s0);
     }
   }
 
