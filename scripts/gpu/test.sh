@@ -28,7 +28,7 @@ jits=(0); [[ "${UNIT_JIT:-0}" == 1 ]] && jits+=(1)
 for jit in "${jits[@]}"; do
   log="$out/test-unit-jit$jit.log"
   timeout "${TEST_TIMEOUT:-300}" env LMX_CUDA_QMV_JIT=$jit lmx_tests_unit \
-    --gtest_filter='*CudaQmm*' --gtest_brief=1 >"$log" 2>&1
+    --gtest_filter='*CudaQmm*:*CudaQkRope*' --gtest_brief=1 >"$log" 2>&1
   rc=$?; ((rc)) && status=1
   summary+=("unit CudaQmm (LMX_CUDA_QMV_JIT=$jit): rc=$rc $(gtest_counts "$log")")
   echo "test: unit jit=$jit rc=$rc after $((SECONDS - t0)) s"
@@ -56,7 +56,7 @@ else
   if [[ "${PIPE:-0}" == 1 ]]; then
     log="$out/test-unit-pipe.log"
     timeout "${TEST_TIMEOUT:-300}" env LMX_CUDA_QMV_PIPE=1 lmx_tests_unit \
-      --gtest_filter='*CudaQmm*' --gtest_brief=1 >"$log" 2>&1
+      --gtest_filter='*CudaQmm*:*CudaQkRope*' --gtest_brief=1 >"$log" 2>&1
     rc=$?; ((rc)) && status=1
     summary+=("unit CudaQmm (LMX_CUDA_QMV_PIPE=1): rc=$rc $(gtest_counts "$log")")
     grep -B2 -A8 'Failure' "$log" | cut -c1-240 | head -n 30

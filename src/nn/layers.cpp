@@ -576,6 +576,35 @@ std::optional<mx::array> cuda_fused_swiglu(const mx::array& x, const Linear& gat
   return kernels::cuda::qmv_swiglu(x, p->first[0], p->first[1], p->second);
 }
 
+std::optional<std::pair<mx::array, mx::array>> cuda_qk_norm_rope(
+    const mx::array& q, const mx::array& k, const RMSNorm* q_norm, const RMSNorm* k_norm,
+    const RoPE& rope, const KVCacheBase& cache, int n_heads, int n_kv_heads, int head_dim) {
+  if (dynamic_cast<const RowsKVCache*>(&cache) || rope.dims != head_dim || rope.traditional ||
+      rope.dynamic || rope.mscale != 1.0f || (!rope.base && !rope.freqs) ||
+      (q_norm == nullptr) != (k_norm == nullptr) ||
+      (q_norm && (q_norm->eps != k_norm->eps || q_norm->weight.dtype() != q.dtype() ||
+                  k_norm->weight.dtype() != q.dtype())))
+    return std::nullopt;
+  kernels::cuda::QkRopeOptions o{.n_heads = n_heads,
+                                 .n_kv_heads = n_kv_heads,
+                                 .head_dim = head_dim,
+                                 .eps = q_norm ? q_norm->eps : 0.0f,
+                                 .base = rope.base.value_or(0.0f),
+                                 .scale = rope.scale,
+                                 .offset = cache.offset()};
+  if (!kernels::cuda::takes_qk_norm_rope(q, k, o)) return std::nullopt;
+  if (q_norm && (q_norm->weight.shape() != mx::Shape{head_dim} ||
+                 k_norm->weight.shape() != mx::Shape{head_dim}))
+    return std::nullopt;
+  if (rope.freqs &&
+      (rope.freqs->dtype() != mx::float32 || rope.freqs->shape() != mx::Shape{head_dim / 2}))
+    return std::nullopt;
+  auto out = kernels::cuda::qk_norm_rope(
+      q, k, q_norm ? std::optional<mx::array>(q_norm->weight) : std::nullopt,
+      k_norm ? std::optional<mx::array>(k_norm->weight) : std::nullopt, rope.freqs, o);
+  return std::make_pair(out[0], out[1]);
+}
+
 mx::array swiglu(const mx::array& gate, const mx::array& x) {
   static auto fn = mx::compile(
       [](const std::vector<mx::array>& in) {

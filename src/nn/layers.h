@@ -183,6 +183,15 @@ std::optional<mx::array> cuda_fused_add(const mx::array& x, const Linear& l,
 std::optional<mx::array> cuda_fused_swiglu(const mx::array& x, const Linear& gate,
                                            const Linear& up);
 
+// Tier L3 on CUDA: a decode step's per-head q/k norms (both or neither) and RoPE in one kernel
+// (kernels/cuda/qmm.h qk_norm_rope): q (B, L, n_heads * head_dim), k (B, L, n_kv_heads *
+// head_dim) -> (B, n_heads, L, head_dim), (B, n_kv_heads, L, head_dim), as the norms, the
+// transposes and `rope` at the cache's position; nullopt where the kernel does not take them
+// (a batch of rows at their own positions, partial or traditional or dynamic rotation, ...).
+std::optional<std::pair<mx::array, mx::array>> cuda_qk_norm_rope(
+    const mx::array& q, const mx::array& k, const RMSNorm* q_norm, const RMSNorm* k_norm,
+    const RoPE& rope, const KVCacheBase& cache, int n_heads, int n_kv_heads, int head_dim);
+
 // mlx.nn.gelu (exact erf form) and mlx.nn.gelu_approx (tanh form), compiled (shapeless) as mlx
 // compiles them; the constants are weak scalars (rounded to x's dtype).
 mx::array gelu(const mx::array& x);

@@ -63,16 +63,25 @@ Attention::Attention(const AttentionOptions& o, WeightStore& w, const std::strin
 mx::array Attention::attend(const mx::array& x, const Mask& mask, KVCacheBase& cache) const {
   const int B = x.shape(0), L = x.shape(1);
   std::vector<mx::array> qkv;
+  bool on_cuda_kernels = false;  // tier L3 on CUDA took the projections
   if (qkv_proj) {
     const int q_end = opt.n_heads * opt.head_dim;
     qkv = mx::split((*qkv_proj)(x), {q_end, q_end + opt.n_kv_heads * opt.head_dim}, -1);
   } else if (auto f = cuda_fused_matmuls(x, {&*q_proj, &*k_proj, &*v_proj})) {
     qkv = std::move(*f);
+    on_cuda_kernels = true;
   } else {
     qkv = {(*q_proj)(x), (*k_proj)(x), (*v_proj)(x)};
   }
   mx::array q = qkv[0], k = qkv[1], v = qkv[2];
-  if (q_norm && opt.qk_norm_over_projection) {
+  std::optional<std::pair<mx::array, mx::array>> qk;
+  if (on_cuda_kernels && opt.use_rope && !(q_norm && opt.qk_norm_over_projection))
+    qk = cuda_qk_norm_rope(q, k, q_norm ? &*q_norm : nullptr, k_norm ? &*k_norm : nullptr, opt.rope,
+                           cache, opt.n_heads, opt.n_kv_heads, opt.head_dim);
+  if (qk) {
+    q = qk->first;
+    k = qk->second;
+  } else if (q_norm && opt.qk_norm_over_projection) {
     // olmo2 normalizes the whole projection, all heads at once.
     q = split_heads((*q_norm)(q), opt.n_heads);
     k = split_heads((*k_norm)(k), opt.n_kv_heads);
@@ -85,7 +94,7 @@ mx::array Attention::attend(const mx::array& x, const Mask& mask, KVCacheBase& c
     k = split_heads(k, opt.n_kv_heads);  // (B, n_kv_heads, L, head_dim)
   }
   v = split_heads(v, opt.n_kv_heads);
-  if (opt.use_rope) {
+  if (opt.use_rope && !qk) {
     q = opt.rope(q, cache);
     k = opt.rope(k, cache);
   }

@@ -97,20 +97,31 @@ TEST_P(CudaTiers, FastTierIsDeterministic) {
 }
 
 // A decode step of the dense decoder families runs the fused kernels (kernels/cuda/qmm.h): q/k/v
-// in one launch, the o and down projections with their residual adds, gate and up with SiLU.
-// qwen2's q/k/v carry biases and stay separate; gemma3 has no fused CUDA layer.
+// in one launch, the o and down projections with their residual adds, gate and up with SiLU,
+// and after fused q/k/v the q/k norms (qwen3) and RoPE in one kernel. qwen2's q/k/v carry biases
+// and stay separate; gemma3 has no fused CUDA layer.
 TEST_P(CudaTiers, DecodeStepRunsTheFusedKernels) {
   const std::string row = GetParam();
-  const int per_layer = row.rfind("qwen2", 0) == 0 ? 3 : row.rfind("gemma3", 0) == 0 ? 0 : 4;
+  const bool qwen2 = row.rfind("qwen2", 0) == 0, gemma3 = row.rfind("gemma3", 0) == 0;
+  const int matmuls = qwen2 ? 3 : gemma3 ? 0 : 4, rope = qwen2 || gemma3 ? 0 : 1;
   Model& m = *fast_.model;
   Cache cache = m.make_cache();
   mx::eval(m(mx::array({1, 2, 3, 4}, {1, 4}), cache));
   std::ostringstream dot;
   mx::export_to_dot(dot, {m(mx::array({5}, {1, 1}), cache)});
-  const std::string text = dot.str(), needle = "label =\"LmxCudaQmvFused\"";
-  int n = 0;
-  for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
-  EXPECT_EQ(n, per_layer * m.num_layers()) << row;
+  const std::string text = dot.str();
+  auto count = [&](const std::string& name) {
+    const std::string needle = "label =\"" + name + "\"";
+    int n = 0;
+    for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1))
+      ++n;
+    return n;
+  };
+  EXPECT_EQ(count("LmxCudaQmvFused"), matmuls * m.num_layers()) << row;
+  EXPECT_EQ(count("LmxCudaQkRope"), rope * m.num_layers()) << row;
+  if (rope) {
+    EXPECT_EQ(count("RoPE"), 0) << row << ": every rotation in lmx's kernel";
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Rows, CudaTiers, ::testing::ValuesIn(cuda_rows()),

@@ -5,6 +5,7 @@
 // mx::quantized_matmul for single rows (decode; more rows would JIT-compile MLX's CUTLASS kernels,
 // tens of seconds each). Compiled into CUDA builds only (tests/CMakeLists.txt).
 #include <gtest/gtest.h>
+#include <mlx/fast.h>
 #include <mlx/primitives.h>
 
 #include <limits>
@@ -250,6 +251,84 @@ INSTANTIATE_TEST_SUITE_P(Layouts, CudaQmmFused,
                          ::testing::Combine(::testing::Values(4, 8), ::testing::Values(64, 128),
                                             ::testing::Values(mx::bfloat16, mx::float16)),
                          layout_name);
+
+// A decode step's per-head q/k norms and RoPE in one kernel (kc::qk_norm_rope) against MLX's ops
+// on the GPU (mx::fast::rms_norm per head, the transpose, mx::fast::rope): the same roundings
+// with the sum of squares added in another order, so elements agree exactly or within an ulp or
+// two of the output dtype.
+TEST(CudaQkRope, MatchesTheNormsAndRope) {
+  if (!kc::available()) GTEST_SKIP() << "needs the GPU of a CUDA build";
+  const int Hq = 4, Hk = 2, offset = 37;
+  uint64_t seed = 500;
+  for (mx::Dtype dt : {mx::bfloat16, mx::float16})
+    for (int D : {64, 128, 256})
+      for (bool norm : {true, false})
+        for (bool with_freqs : {false, true})
+          for (auto [B, L] : {std::pair{1, 1}, std::pair{2, 3}}) {
+            SCOPED_TRACE(std::string(dt == mx::float16 ? "f16" : "bf16") +
+                         " D=" + std::to_string(D) + " norm=" + std::to_string(norm) +
+                         " freqs=" + std::to_string(with_freqs) + " B=" + std::to_string(B) +
+                         " L=" + std::to_string(L));
+            auto normal = [&](mx::Shape shape, float mean, float sd) {
+              return mx::astype(
+                  mx::random::normal(shape, mx::float32, mean, sd, mx::random::key(seed++)), dt);
+            };
+            mx::array q = normal({B, L, Hq * D}, 0.0f, 2.0f),
+                      k = normal({B, L, Hk * D}, 0.0f, 2.0f);
+            std::optional<mx::array> qw, kw, freqs;
+            if (norm) {
+              qw = normal({D}, 1.0f, 0.3f);
+              kw = normal({D}, 1.0f, 0.3f);
+            }
+            // llama3-style frequencies: base^(2i / D), some stretched.
+            if (with_freqs)
+              freqs = mx::multiply(
+                  mx::power(mx::array(500000.0f),
+                            mx::divide(mx::arange(0, D, 2, mx::float32), mx::array(float(D)))),
+                  mx::where(mx::greater(mx::arange(D / 2), mx::array(D / 4)), mx::array(8.0f),
+                            mx::array(1.0f)));
+            const float base = 1000000.0f, scale = with_freqs ? 1.0f : 0.5f, eps = 1e-6f;
+            const kc::QkRopeOptions o{.n_heads = Hq,
+                                      .n_kv_heads = Hk,
+                                      .head_dim = D,
+                                      .eps = eps,
+                                      .base = base,
+                                      .scale = scale,
+                                      .offset = offset};
+            ASSERT_TRUE(kc::takes_qk_norm_rope(q, k, o));
+            auto got = kc::qk_norm_rope(q, k, qw, kw, freqs, o);
+            ASSERT_EQ(got.size(), 2u);
+            ASSERT_EQ(got[0].primitive().name(), std::string("LmxCudaQkRope"));
+            auto want = [&](const mx::array& x, int H, const std::optional<mx::array>& w) {
+              mx::array t = mx::reshape(x, {B, L, H, D});
+              if (w) t = mx::fast::rms_norm(t, *w, eps);
+              t = mx::transpose(t, {0, 2, 1, 3});
+              return mx::fast::rope(t, D, false, with_freqs ? std::nullopt : std::optional(base),
+                                    scale, offset, freqs);
+            };
+            const mx::array wq = want(q, Hq, qw), wk = want(k, Hk, kw);
+            ASSERT_EQ(got[0].shape(), wq.shape());
+            ASSERT_EQ(got[1].shape(), wk.shape());
+            for (auto [g, w] : {std::pair{got[0], wq}, std::pair{got[1], wk}}) {
+              ASSERT_TRUE(mx::all(mx::isfinite(g)).item<bool>());
+              // Within two ulps of the output dtype (relative 2^-7 / 2^-10 of the element, with a
+              // floor for elements near zero after the rotation).
+              EXPECT_LT(rel_error(g, w), dt == mx::bfloat16 ? 2.0 / 128 : 2.0 / 1024);
+              const float same = mx::mean(mx::astype(mx::equal(g, w), mx::float32)).item<float>();
+              EXPECT_GE(same, 0.9f) << "elements bit-identical to MLX's ops";
+            }
+          }
+  // Refused with a named error: more than kMaxRows positions, head_dim 96.
+  mx::array q17 = mx::zeros({1, 17, 4 * 64}, mx::bfloat16),
+            k17 = mx::zeros({1, 17, 2 * 64}, mx::bfloat16);
+  const kc::QkRopeOptions o64{.n_heads = 4, .n_kv_heads = 2, .head_dim = 64};
+  EXPECT_FALSE(kc::takes_qk_norm_rope(q17, k17, o64));
+  EXPECT_THROW(kc::qk_norm_rope(q17, k17, std::nullopt, std::nullopt, std::nullopt, o64), Error);
+  mx::array q96 = mx::zeros({1, 1, 4 * 96}, mx::bfloat16),
+            k96 = mx::zeros({1, 1, 2 * 96}, mx::bfloat16);
+  const kc::QkRopeOptions o96{.n_heads = 4, .n_kv_heads = 2, .head_dim = 96};
+  EXPECT_FALSE(kc::takes_qk_norm_rope(q96, k96, o96));
+}
 
 }  // namespace
 }  // namespace lmx

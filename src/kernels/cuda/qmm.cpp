@@ -3,6 +3,7 @@
 #include <mlx/fast.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -203,11 +204,16 @@ int fused_index(mx::Dtype t, int bits, int gs, int tt) {
   return (((t == mx::float16 ? 1 : 0) * 2 + (bits == 8 ? 1 : 0)) * 2 + (gs == 128 ? 1 : 0)) * 2 +
          (tt - 1);
 }
-constexpr int kMultiBase = 26, kSwigluBase = 42, kFunctions = 58;
+constexpr int kMultiBase = 26, kSwigluBase = 42, kQkRopeBase = 58, kFunctions = 66;
+
+// lmx_qk_rope_*: dtype (bf16, f16) x head_dim (64, 128, 192, 256).
+int qk_rope_index(mx::Dtype t, int head_dim) {
+  return (t == mx::float16 ? 4 : 0) + head_dim / 64 - 1;
+}
 
 // The fat binary's functions, loaded into the current (MLX's primary) context on first use.
-// Indices 24 and 25: lmx_dense_copy_2, lmx_dense_copy_4; then kMultiBase + fused_index and
-// kSwigluBase + fused_index.
+// Indices 24 and 25: lmx_dense_copy_2, lmx_dense_copy_4; then kMultiBase + fused_index,
+// kSwigluBase + fused_index and kQkRopeBase + qk_rope_index.
 CUfunction function(int index) {
   static CUfunction fns[kFunctions] = {};
   static std::once_flag once;
@@ -249,6 +255,14 @@ CUfunction function(int index) {
                      swiglu.c_str());
             ++i;
           }
+    for (auto* t : types)
+      for (int d : {64, 128, 192, 256}) {
+        const std::string name = std::string("lmx_qk_rope_") + t + "_" + std::to_string(d);
+        check_cu(cuModuleGetFunction(
+                     &fns[kQkRopeBase + qk_rope_index(t[0] == 'f' ? mx::float16 : mx::bfloat16, d)],
+                     mod, name.c_str()),
+                 name.c_str());
+      }
   });
   return fns[index];
 }
@@ -424,6 +438,80 @@ class QmvFused : public mx::Primitive {
  private:
   Fused kind_;
   int bits_, gs_;
+};
+
+// qk_rope.cuh's LmxQkRope, field for field.
+struct QkRopeArgs {
+  const void* q;
+  const void* k;
+  const void* q_weight;
+  const void* k_weight;
+  const float* freqs;
+  void* q_out;
+  void* k_out;
+  float eps, log2_base, scale;
+  int L, Hq, Hk, offset, rows;
+};
+
+// Per-head norms and RoPE of q and k in one kernel. Inputs: q, k, then the two norm weights
+// (with a norm), then freqs (with them); outputs (B, Hq, L, D) and (B, Hk, L, D).
+class QkRope : public mx::Primitive {
+ public:
+  QkRope(mx::Stream s, const QkRopeOptions& o) : mx::Primitive(s), o_(o) {}
+
+  void eval_cpu(const std::vector<mx::array>&, std::vector<mx::array>&) override {
+    check(false, "cuda qk_norm_rope", "runs on the GPU only, expected a GPU stream, got the CPU");
+  }
+
+  void eval_gpu(const std::vector<mx::array>& raw, std::vector<mx::array>& outs) override {
+    auto& enc = mx::cu::get_command_encoder(stream());
+    std::vector<mx::array> in;
+    in.reserve(raw.size());
+    for (const auto& a : raw) in.push_back(dense_input(a, enc));
+    CUstream cs = enc.stream();
+    const int dev = enc.device().cuda_device();
+    for (auto& o : outs) o.set_data(detail::device_buffer(o.nbytes(), dev, cs));
+    for (const auto& a : in) enc.set_input_array(a);
+    for (const auto& o : outs) enc.set_output_array(o);
+    const mx::array& q = in[0];
+    const int D = o_.head_dim, L = q.shape(1);
+    QkRopeArgs a{};
+    a.q = mx::gpu_ptr<void>(in[0]);
+    a.k = mx::gpu_ptr<void>(in[1]);
+    size_t next = 2;
+    if (o_.norm) {
+      a.q_weight = mx::gpu_ptr<void>(in[next++]);
+      a.k_weight = mx::gpu_ptr<void>(in[next++]);
+    }
+    if (o_.freqs) a.freqs = mx::gpu_ptr<float>(in[next++]);
+    a.q_out = mx::gpu_ptr<void>(outs[0]);
+    a.k_out = mx::gpu_ptr<void>(outs[1]);
+    a.eps = o_.eps;
+    a.log2_base = std::log2(o_.base);
+    a.scale = o_.scale;
+    a.L = L;
+    a.Hq = o_.n_heads;
+    a.Hk = o_.n_kv_heads;
+    a.offset = o_.offset;
+    a.rows = q.shape(0) * L;
+    const long long warps = static_cast<long long>(a.rows) * (a.Hq + a.Hk);
+    void* params[] = {&a};
+    enc.add_kernel_node_raw(function(kQkRopeBase + qk_rope_index(q.dtype(), D)),
+                            dim3(static_cast<unsigned>((warps + 3) / 4)), dim3(128), dim3(), 0,
+                            params);
+  }
+
+  const char* name() const override { return "LmxCudaQkRope"; }
+
+  bool is_equivalent(const mx::Primitive& other) const override {
+    const auto& o = static_cast<const QkRope&>(other).o_;
+    return o.n_heads == o_.n_heads && o.n_kv_heads == o_.n_kv_heads && o.head_dim == o_.head_dim &&
+           o.norm == o_.norm && o.eps == o_.eps && o.base == o_.base && o.scale == o_.scale &&
+           o.freqs == o_.freqs && o.offset == o_.offset;
+  }
+
+ private:
+  QkRopeOptions o_;
 };
 
 std::vector<mx::array> fused_primitive(Fused kind, const mx::array& x,
@@ -638,6 +726,70 @@ mx::array qmv_swiglu(const mx::array& x, const QMatrix& gate, const QMatrix& up,
   return fused_primitive(Fused::swiglu, x, {gate, up}, std::nullopt, opt)[0];
 #else
   return x;
+#endif
+}
+
+namespace {
+
+std::string shape_str(const mx::Shape& shape) {
+  std::string r = "(";
+  for (size_t i = 0; i < shape.size(); ++i) r += (i ? ", " : "") + std::to_string(shape[i]);
+  return r + ")";
+}
+
+}  // namespace
+
+bool takes_qk_norm_rope(const mx::array& q, const mx::array& k, const QkRopeOptions& o) {
+  // LMX_CUDA_QK_ROPE=0: the unfused norms and RoPE (for A/B runs in one benchmark call).
+  static const bool on = [] {
+    const char* v = std::getenv("LMX_CUDA_QK_ROPE");
+    const std::string s = v ? v : "1";
+    check(s == "0" || s == "1", "LMX_CUDA_QK_ROPE", "expected 0 or 1, got '", s, "'");
+    return s == "1";
+  }();
+  const int D = o.head_dim;
+  return on && available() && enabled() && q.ndim() == 3 && k.ndim() == 3 &&
+         (q.dtype() == mx::bfloat16 || q.dtype() == mx::float16) && k.dtype() == q.dtype() &&
+         (D == 64 || D == 128 || D == 192 || D == 256) && o.n_heads > 0 && o.n_kv_heads > 0 &&
+         q.shape(0) == k.shape(0) && q.shape(1) == k.shape(1) && q.shape(1) <= kMaxRows &&
+         q.shape(2) == o.n_heads * D && k.shape(2) == o.n_kv_heads * D && o.offset >= 0;
+}
+
+std::vector<mx::array> qk_norm_rope(const mx::array& q, const mx::array& k,
+                                    const std::optional<mx::array>& q_weight,
+                                    const std::optional<mx::array>& k_weight,
+                                    const std::optional<mx::array>& freqs,
+                                    const QkRopeOptions& opt) {
+  check(takes_qk_norm_rope(q, k, opt), "cuda qk_norm_rope",
+        "expected bfloat16 or float16 q (B, L <= ", kMaxRows, ", n_heads * head_dim) and k of ",
+        "n_kv_heads heads, head_dim 64/128/192/256, on the GPU; got q ", shape_str(q.shape()),
+        " and k ", shape_str(k.shape()), " with head_dim ", opt.head_dim);
+  QkRopeOptions o = opt;
+  o.norm = q_weight.has_value();
+  o.freqs = freqs.has_value();
+  std::vector<mx::array> inputs = {q, k};
+  if (o.norm) {
+    check(k_weight && q_weight->shape() == mx::Shape{o.head_dim} &&
+              k_weight->shape() == mx::Shape{o.head_dim} && q_weight->dtype() == q.dtype() &&
+              k_weight->dtype() == q.dtype(),
+          "cuda qk_norm_rope", "expected q and k norm weights (", o.head_dim, ") of q's dtype");
+    inputs.insert(inputs.end(), {*q_weight, *k_weight});
+  }
+  if (o.freqs) {
+    check(freqs->dtype() == mx::float32 && freqs->shape() == mx::Shape{o.head_dim / 2},
+          "cuda qk_norm_rope", "expected float32 freqs (", o.head_dim / 2, "), got ",
+          shape_str(freqs->shape()));
+    inputs.push_back(*freqs);
+  }
+  const int B = q.shape(0), L = q.shape(1);
+#if LMX_CUDA_BUILD
+  return mx::array::make_arrays(
+      {{B, o.n_heads, L, o.head_dim}, {B, o.n_kv_heads, L, o.head_dim}}, {q.dtype(), q.dtype()},
+      std::make_shared<QkRope>(mx::default_stream(mx::Device::gpu), o), inputs);
+#else
+  (void)B;
+  (void)L;
+  return inputs;
 #endif
 }
 

@@ -85,6 +85,33 @@ mx::array qmv_add(const mx::array& x, const QMatrix& m, const mx::array& residua
 mx::array qmv_swiglu(const mx::array& x, const QMatrix& gate, const QMatrix& up,
                      const QmmOptions& opt);
 
+// Per-head RMSNorm (optional) and RoPE of a decode step's q and k in one launch (qk_rope.cuh):
+// q (B, L, n_heads * head_dim), k (B, L, n_kv_heads * head_dim) -> (B, n_heads, L, head_dim) and
+// (B, n_kv_heads, L, head_dim), row l at position offset + l. The unfused ops: per head
+// mx::fast::rms_norm(x, weight, eps), then the transpose and mx::fast::rope(x, head_dim,
+// traditional = false, base, scale, offset, freqs); the same roundings, the sum of squares
+// added in another order.
+struct QkRopeOptions {
+  int n_heads = 0, n_kv_heads = 0, head_dim = 0;
+  float eps = 1e-6f;  // the norms' (with weights)
+  float base = 10000.0f;
+  float scale = 1.0f;
+  int offset = 0;
+  bool norm = false, freqs = false;  // set by qk_norm_rope from its arguments
+};
+
+// Whether qk_norm_rope takes these: the GPU with tier L3's kernels on, bfloat16 or float16,
+// head_dim 64/128/192/256, at most kMaxRows positions.
+bool takes_qk_norm_rope(const mx::array& q, const mx::array& k, const QkRopeOptions& opt);
+
+// q_weight and k_weight (head_dim) of q's dtype, both or neither; freqs (head_dim / 2) float32
+// replaces base as in mx::fast::rope. An error for arguments takes_qk_norm_rope refuses.
+std::vector<mx::array> qk_norm_rope(const mx::array& q, const mx::array& k,
+                                    const std::optional<mx::array>& q_weight,
+                                    const std::optional<mx::array>& k_weight,
+                                    const std::optional<mx::array>& freqs,
+                                    const QkRopeOptions& opt);
+
 // The kernel's source (qmv.cuh, embedded at build time) and the body that calls it.
 const char* kernel_source();
 const char* kernel_body();
