@@ -552,11 +552,28 @@ std::optional<std::pair<std::vector<kernels::cuda::QMatrix>, kernels::cuda::QmmO
 
 }  // namespace
 
+namespace {
+
+// The norm as the fused kernels take it, or nullopt where they cannot.
+std::optional<std::optional<kernels::cuda::FusedNorm>> fused_norm(const mx::array& x,
+                                                                  const RMSNorm* norm) {
+  if (!norm) return std::optional<kernels::cuda::FusedNorm>();
+  if (!kernels::cuda::norm_fold_routed() || norm->weight.dtype() != x.dtype() ||
+      norm->weight.shape() != mx::Shape{x.shape(-1)})
+    return std::nullopt;
+  return std::optional<kernels::cuda::FusedNorm>(kernels::cuda::FusedNorm{norm->weight, norm->eps});
+}
+
+}  // namespace
+
 std::optional<std::vector<mx::array>> cuda_fused_matmuls(const mx::array& x,
-                                                         const std::vector<const Linear*>& ls) {
+                                                         const std::vector<const Linear*>& ls,
+                                                         const RMSNorm* norm) {
   auto p = cuda_plain(x, ls);
   if (!p) return std::nullopt;
-  return kernels::cuda::qmv_multi(x, p->first, p->second);
+  auto n = fused_norm(x, norm);
+  if (!n) return std::nullopt;
+  return kernels::cuda::qmv_multi(x, p->first, p->second, *n);
 }
 
 std::optional<mx::array> cuda_fused_add(const mx::array& x, const Linear& l,
@@ -569,11 +586,13 @@ std::optional<mx::array> cuda_fused_add(const mx::array& x, const Linear& l,
   return kernels::cuda::qmv_add(x, p->first[0], residual, p->second);
 }
 
-std::optional<mx::array> cuda_fused_swiglu(const mx::array& x, const Linear& gate,
-                                           const Linear& up) {
+std::optional<mx::array> cuda_fused_swiglu(const mx::array& x, const Linear& gate, const Linear& up,
+                                           const RMSNorm* norm) {
   auto p = cuda_plain(x, {&gate, &up});
   if (!p || gate.weight.shape(0) != up.weight.shape(0)) return std::nullopt;
-  return kernels::cuda::qmv_swiglu(x, p->first[0], p->first[1], p->second);
+  auto n = fused_norm(x, norm);
+  if (!n) return std::nullopt;
+  return kernels::cuda::qmv_swiglu(x, p->first[0], p->first[1], p->second, *n);
 }
 
 std::optional<std::pair<mx::array, mx::array>> cuda_qk_norm_rope(

@@ -176,12 +176,15 @@ mx::array swiglu(const mx::array& gate, const mx::array& x);
 //   cuda_fused_matmuls: (l(x) for l in ls), one to three layers (q, k, v)
 //   cuda_fused_add:     residual + l(x)
 //   cuda_fused_swiglu:  swiglu(gate(x), up(x))
+// With `norm`, x is the norm's input: l(norm(x)) with the norm in the kernel (routing.h
+// norm_fold_routed); nullopt where it cannot be, and the caller applies the norm itself.
 std::optional<std::vector<mx::array>> cuda_fused_matmuls(const mx::array& x,
-                                                         const std::vector<const Linear*>& ls);
+                                                         const std::vector<const Linear*>& ls,
+                                                         const RMSNorm* norm = nullptr);
 std::optional<mx::array> cuda_fused_add(const mx::array& x, const Linear& l,
                                         const mx::array& residual);
-std::optional<mx::array> cuda_fused_swiglu(const mx::array& x, const Linear& gate,
-                                           const Linear& up);
+std::optional<mx::array> cuda_fused_swiglu(const mx::array& x, const Linear& gate, const Linear& up,
+                                           const RMSNorm* norm = nullptr);
 
 // Tier L3 on CUDA: a decode step's per-head q/k norms (both or neither) and RoPE in one kernel
 // (kernels/cuda/qmm.h qk_norm_rope): q (B, L, n_heads * head_dim), k (B, L, n_kv_heads *

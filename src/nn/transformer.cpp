@@ -21,12 +21,14 @@ SwiGLUMLP SwiGLUMLP::load(WeightStore& w, const std::string& path, int dims, int
   return m;
 }
 
-mx::array SwiGLUMLP::gated(const mx::array& x) const {
+mx::array SwiGLUMLP::gated(const mx::array& x_in, const RMSNorm* pre_norm) const {
+  if (!gate_up_proj)
+    if (auto y = cuda_fused_swiglu(x_in, *gate_proj, *up_proj, pre_norm)) return *y;
+  const mx::array x = pre_norm ? (*pre_norm)(x_in) : x_in;
   if (gate_up_proj) {
     auto gate_up = mx::split((*gate_up_proj)(x), 2, -1);
     return swiglu(gate_up[0], gate_up[1]);
   }
-  if (auto y = cuda_fused_swiglu(x, *gate_proj, *up_proj)) return *y;
   // gate before up, as mlx-lm calls them: a training adapter's dropout draws in call order.
   mx::array gate = (*gate_proj)(x);
   return swiglu(gate, (*up_proj)(x));
@@ -34,8 +36,9 @@ mx::array SwiGLUMLP::gated(const mx::array& x) const {
 
 mx::array SwiGLUMLP::operator()(const mx::array& x) const { return down_proj(gated(x)); }
 
-mx::array SwiGLUMLP::add_to(const mx::array& residual, const mx::array& x) const {
-  mx::array h = gated(x);
+mx::array SwiGLUMLP::add_to(const mx::array& residual, const mx::array& x,
+                            const RMSNorm* pre_norm) const {
+  mx::array h = gated(x, pre_norm);
   if (auto y = cuda_fused_add(h, down_proj, residual)) return *y;
   return mx::add(residual, down_proj(h));
 }
@@ -60,17 +63,20 @@ Attention::Attention(const AttentionOptions& o, WeightStore& w, const std::strin
   }
 }
 
-mx::array Attention::attend(const mx::array& x, const Mask& mask, KVCacheBase& cache) const {
-  const int B = x.shape(0), L = x.shape(1);
+mx::array Attention::attend(const mx::array& x_in, const Mask& mask, KVCacheBase& cache,
+                            const RMSNorm* pre_norm) const {
+  const int B = x_in.shape(0), L = x_in.shape(1);
+  auto normed = [&] { return pre_norm ? (*pre_norm)(x_in) : x_in; };
   std::vector<mx::array> qkv;
   bool on_cuda_kernels = false;  // tier L3 on CUDA took the projections
   if (qkv_proj) {
     const int q_end = opt.n_heads * opt.head_dim;
-    qkv = mx::split((*qkv_proj)(x), {q_end, q_end + opt.n_kv_heads * opt.head_dim}, -1);
-  } else if (auto f = cuda_fused_matmuls(x, {&*q_proj, &*k_proj, &*v_proj})) {
+    qkv = mx::split((*qkv_proj)(normed()), {q_end, q_end + opt.n_kv_heads * opt.head_dim}, -1);
+  } else if (auto f = cuda_fused_matmuls(x_in, {&*q_proj, &*k_proj, &*v_proj}, pre_norm)) {
     qkv = std::move(*f);
     on_cuda_kernels = true;
   } else {
+    const mx::array x = normed();
     qkv = {(*q_proj)(x), (*k_proj)(x), (*v_proj)(x)};
   }
   mx::array q = qkv[0], k = qkv[1], v = qkv[2];
@@ -106,8 +112,8 @@ mx::array Attention::operator()(const mx::array& x, const Mask& mask, KVCacheBas
 }
 
 mx::array Attention::add_to(const mx::array& residual, const mx::array& x, const Mask& mask,
-                            KVCacheBase& cache) const {
-  mx::array a = attend(x, mask, cache);
+                            KVCacheBase& cache, const RMSNorm* pre_norm) const {
+  mx::array a = attend(x, mask, cache, pre_norm);
   if (auto y = cuda_fused_add(a, o_proj, residual)) return *y;
   return mx::add(residual, o_proj(a));
 }
@@ -193,8 +199,9 @@ mx::array DecoderBlock::operator()(const mx::array& x, const Mask& mask, KVCache
     case NormPlacement::pre: {
       if (!residual_multiplier) {
         // The residual adds go into the o and down projections' kernels where they can.
-        mx::array h = self_attn.add_to(x, (*input_layernorm)(x), mask, cache);
-        return mlp.add_to(h, (*post_attention_layernorm)(h));
+        // So do the norms, into the kernels of the projections that read them.
+        mx::array h = self_attn.add_to(x, x, mask, cache, &*input_layernorm);
+        return mlp.add_to(h, h, &*post_attention_layernorm);
       }
       mx::array h = add(x, self_attn((*input_layernorm)(x), mask, cache));
       return add(h, mlp((*post_attention_layernorm)(h)));

@@ -21,11 +21,13 @@ struct SwiGLUMLP {
   static SwiGLUMLP load(WeightStore& w, const std::string& path, int dims, int hidden, bool bias,
                         bool fused_gate_up = false);
   mx::array operator()(const mx::array& x) const;
-  // residual + mlp(x); on CUDA's tier L3 the down projection and the add are one kernel.
-  mx::array add_to(const mx::array& residual, const mx::array& x) const;
+  // residual + mlp(x), or residual + mlp(pre_norm(x)); on CUDA's tier L3 the down projection
+  // and the add are one kernel, and the norm goes into gate and up's.
+  mx::array add_to(const mx::array& residual, const mx::array& x,
+                   const RMSNorm* pre_norm = nullptr) const;
 
  private:
-  mx::array gated(const mx::array& x) const;  // swiglu(gate(x), up(x))
+  mx::array gated(const mx::array& x, const RMSNorm* pre_norm = nullptr) const;
 };
 
 struct AttentionOptions {
@@ -52,13 +54,15 @@ struct Attention {
 
   Attention(const AttentionOptions& o, WeightStore& w, const std::string& path);
   mx::array operator()(const mx::array& x, const Mask& mask, KVCacheBase& cache) const;
-  // residual + attention(x); on CUDA's tier L3 the o projection and the add are one kernel.
+  // residual + attention(x), or residual + attention(pre_norm(x)); on CUDA's tier L3 the o
+  // projection and the add are one kernel, and the norm goes into the q/k/v kernel.
   mx::array add_to(const mx::array& residual, const mx::array& x, const Mask& mask,
-                   KVCacheBase& cache) const;
+                   KVCacheBase& cache, const RMSNorm* pre_norm = nullptr) const;
 
  private:
   // The heads' attention output before o_proj, (B, L, n_heads * head_dim).
-  mx::array attend(const mx::array& x, const Mask& mask, KVCacheBase& cache) const;
+  mx::array attend(const mx::array& x, const Mask& mask, KVCacheBase& cache,
+                   const RMSNorm* pre_norm = nullptr) const;
 };
 
 // Where a block's RMSNorms sit (each family's checkpoint names):

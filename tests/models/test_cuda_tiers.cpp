@@ -98,7 +98,8 @@ TEST_P(CudaTiers, FastTierIsDeterministic) {
 
 // A decode step of the dense decoder families runs the fused kernels (kernels/cuda/qmm.h): q/k/v
 // in one launch, the o and down projections with their residual adds, gate and up with SiLU,
-// and after fused q/k/v the q/k norms (qwen3) and RoPE in one kernel. qwen2's q/k/v carry biases
+// and after fused q/k/v the q/k norms (qwen3) and RoPE in one kernel; the layers' RMSNorms go
+// into the q/k/v and gate/up kernels. qwen2's q/k/v carry biases
 // and stay separate; gemma3 has no fused CUDA layer.
 TEST_P(CudaTiers, DecodeStepRunsTheFusedKernels) {
   const std::string row = GetParam();
@@ -121,6 +122,9 @@ TEST_P(CudaTiers, DecodeStepRunsTheFusedKernels) {
   EXPECT_EQ(count("LmxCudaQkRope"), rope * m.num_layers()) << row;
   if (rope) {
     EXPECT_EQ(count("RoPE"), 0) << row << ": every rotation in lmx's kernel";
+    // The layers' norms in the kernels that read them (routing.h norm_fold_routed): the model's
+    // final norm is left.
+    if (kernels::cuda::norm_fold_routed()) EXPECT_EQ(count("RMSNorm"), 1) << row;
   }
 }
 

@@ -234,7 +234,25 @@ TEST_P(CudaQmmFused, MatchOneCallAtATime) {
     EXPECT_LT(rel_error(mx::reshape(got, {M, 96}), want), 4.0 / 256);
     mx::array g1 = one(x, gate), u1 = one(x, up);
     EXPECT_LT(norm_error(got, mx::multiply(mx::multiply(g1, mx::sigmoid(g1)), u1)), 1e-2);
+
+    // An RMSNorm folded in (kc::FusedNorm): the products of norm(x), its roundings moved.
+    mx::array nw =
+        mx::astype(mx::random::normal({K}, mx::float32, 1.0f, 0.2f, mx::random::key(seed++)), dt);
+    const float eps = 1e-5f;
+    mx::array xs = mx::multiply(x, mx::array(3.0f, dt));  // rms 3: the scale must come out
+    mx::array xn = mx::fast::rms_norm(xs, nw, eps);
+    std::vector<mx::array> qkn =
+        kc::qmv_multi(xs, {mat(q), mat(k), mat(v)}, opt, kc::FusedNorm{nw, eps});
+    for (int i = 0; i < 3; ++i)
+      EXPECT_LT(norm_error(qkn[i], one(xn, *parts[i])), 1e-2) << "normed output " << i;
+    mx::array gn = one(xn, gate), un = one(xn, up);
+    EXPECT_LT(norm_error(kc::qmv_swiglu(xs, mat(gate), mat(up), opt, kc::FusedNorm{nw, eps}),
+                         mx::multiply(mx::multiply(gn, mx::sigmoid(gn)), un)),
+              2e-2);
   }
+  EXPECT_THROW(kc::qmv_multi(mx::zeros({1, K}, dt), {mat(q)}, opt,
+                             kc::FusedNorm{mx::ones({K + 1}, dt), 1e-5f}),
+               Error);
   // Not taken: more than kMaxRows rows, a weight of another K; refused with a named error.
   mx::array x17 = mx::astype(mx::random::normal({17, K}, mx::float32, mx::random::key(1)), dt);
   EXPECT_FALSE(kc::takes_fused(x17, {mat(q)}, opt));

@@ -352,6 +352,8 @@ struct MultiArgs {
   int n[3];
   int first[4];
   int count, M, K;
+  const void* norm;
+  float eps;
 };
 struct SwigluArgs {
   const void* x;
@@ -360,16 +362,19 @@ struct SwigluArgs {
   const void* biases[2];
   void* out;
   int M, N, K;
+  const void* norm;
+  float eps;
 };
 
 enum class Fused { multi, add, swiglu };
 
 // The fused kernels as one MLX primitive. Inputs: x, then (w, scales, biases) per weight, then
-// the residual (add); outputs: one per weight (multi) or one.
+// the residual (add), then the fused norm's weight (with `norm`); outputs: one per weight
+// (multi) or one.
 class QmvFused : public mx::Primitive {
  public:
-  QmvFused(mx::Stream s, Fused kind, int bits, int group_size)
-      : mx::Primitive(s), kind_(kind), bits_(bits), gs_(group_size) {}
+  QmvFused(mx::Stream s, Fused kind, int bits, int group_size, std::optional<float> norm_eps)
+      : mx::Primitive(s), kind_(kind), bits_(bits), gs_(group_size), norm_eps_(norm_eps) {}
 
   void eval_cpu(const std::vector<mx::array>&, std::vector<mx::array>&) override {
     check(false, "cuda fused quantized_matmul",
@@ -401,6 +406,8 @@ class QmvFused : public mx::Primitive {
       a.M = M;
       a.N = in[1].shape(0);
       a.K = K;
+      a.norm = norm_eps_ ? mx::gpu_ptr<void>(in.back()) : nullptr;
+      a.eps = norm_eps_.value_or(0.0f);
       void* params[] = {&a};
       enc.add_kernel_node_raw(function(kSwigluBase + fi), dim3(a.N / kFeatures), dim3(kThreads),
                               dim3(), 0, params);
@@ -420,9 +427,11 @@ class QmvFused : public mx::Primitive {
       blocks += a.n[i] / kFeatures;
     }
     a.first[a.count] = blocks;
-    a.residual = kind_ == Fused::add ? mx::gpu_ptr<void>(in.back()) : nullptr;
+    a.residual = kind_ == Fused::add ? mx::gpu_ptr<void>(in[1 + 3 * a.count]) : nullptr;
     a.M = M;
     a.K = K;
+    a.norm = norm_eps_ ? mx::gpu_ptr<void>(in.back()) : nullptr;
+    a.eps = norm_eps_.value_or(0.0f);
     void* params[] = {&a};
     enc.add_kernel_node_raw(function(kMultiBase + fi), dim3(blocks), dim3(kThreads), dim3(), 0,
                             params);
@@ -432,12 +441,13 @@ class QmvFused : public mx::Primitive {
 
   bool is_equivalent(const mx::Primitive& other) const override {
     const auto& o = static_cast<const QmvFused&>(other);
-    return kind_ == o.kind_ && bits_ == o.bits_ && gs_ == o.gs_;
+    return kind_ == o.kind_ && bits_ == o.bits_ && gs_ == o.gs_ && norm_eps_ == o.norm_eps_;
   }
 
  private:
   Fused kind_;
   int bits_, gs_;
+  std::optional<float> norm_eps_;
 };
 
 // qk_rope.cuh's LmxQkRope, field for field.
@@ -517,7 +527,7 @@ class QkRope : public mx::Primitive {
 std::vector<mx::array> fused_primitive(Fused kind, const mx::array& x,
                                        const std::vector<QMatrix>& mats,
                                        const std::optional<mx::array>& residual,
-                                       const QmmOptions& opt) {
+                                       const QmmOptions& opt, const FusedNorm* norm = nullptr) {
   std::vector<mx::array> inputs = {x};
   std::vector<mx::Shape> shapes;
   for (const auto& m : mats) {
@@ -528,11 +538,14 @@ std::vector<mx::array> fused_primitive(Fused kind, const mx::array& x,
   }
   if (kind != Fused::multi) shapes.resize(1);
   if (residual) inputs.push_back(*residual);
+  if (norm) inputs.push_back(norm->weight);
   const std::vector<mx::Dtype> dtypes(shapes.size(), x.dtype());
-  return mx::array::make_arrays(std::move(shapes), dtypes,
-                                std::make_shared<QmvFused>(mx::default_stream(mx::Device::gpu),
-                                                           kind, opt.bits, opt.group_size),
-                                inputs);
+  return mx::array::make_arrays(
+      std::move(shapes), dtypes,
+      std::make_shared<QmvFused>(mx::default_stream(mx::Device::gpu), kind, opt.bits,
+                                 opt.group_size,
+                                 norm ? std::optional<float>(norm->eps) : std::nullopt),
+      inputs);
 }
 #endif
 
@@ -577,6 +590,16 @@ bool fused_routed() {
     const char* v = std::getenv("LMX_CUDA_FUSED");
     const std::string s = v ? v : "1";
     check(s == "0" || s == "1", "LMX_CUDA_FUSED", "expected 0 or 1, got '", s, "'");
+    return s == "1";
+  }();
+  return on;
+}
+
+bool norm_fold_routed() {
+  static const bool on = [] {
+    const char* v = std::getenv("LMX_CUDA_NORM_FOLD");
+    const std::string s = v ? v : "1";
+    check(s == "0" || s == "1", "LMX_CUDA_NORM_FOLD", "expected 0 or 1, got '", s, "'");
     return s == "1";
   }();
   return on;
@@ -693,11 +716,24 @@ void check_fused(const char* where, const mx::array& x, const std::vector<QMatri
 
 }  // namespace
 
+namespace {
+
+void check_norm(const char* where, const mx::array& x, const std::optional<FusedNorm>& norm) {
+  if (!norm) return;
+  check(norm->weight.ndim() == 1 && norm->weight.shape(0) == x.shape(-1) &&
+            norm->weight.dtype() == x.dtype(),
+        where, "expected a norm weight (", x.shape(-1), ") of x's dtype, got ", norm->weight.ndim(),
+        " dims of ", norm->weight.ndim() ? norm->weight.shape(0) : 0);
+}
+
+}  // namespace
+
 std::vector<mx::array> qmv_multi(const mx::array& x, const std::vector<QMatrix>& mats,
-                                 const QmmOptions& opt) {
+                                 const QmmOptions& opt, const std::optional<FusedNorm>& norm) {
   check_fused("cuda qmv_multi", x, mats, opt);
+  check_norm("cuda qmv_multi", x, norm);
 #if LMX_CUDA_BUILD
-  return fused_primitive(Fused::multi, x, mats, std::nullopt, opt);
+  return fused_primitive(Fused::multi, x, mats, std::nullopt, opt, norm ? &*norm : nullptr);
 #else
   return {};
 #endif
@@ -718,12 +754,14 @@ mx::array qmv_add(const mx::array& x, const QMatrix& m, const mx::array& residua
 }
 
 mx::array qmv_swiglu(const mx::array& x, const QMatrix& gate, const QMatrix& up,
-                     const QmmOptions& opt) {
+                     const QmmOptions& opt, const std::optional<FusedNorm>& norm) {
   check_fused("cuda qmv_swiglu", x, {gate, up}, opt);
   check(gate.w.shape(0) == up.w.shape(0), "cuda qmv_swiglu",
         "gate and up must have one output size, got ", gate.w.shape(0), " and ", up.w.shape(0));
+  check_norm("cuda qmv_swiglu", x, norm);
 #if LMX_CUDA_BUILD
-  return fused_primitive(Fused::swiglu, x, {gate, up}, std::nullopt, opt)[0];
+  return fused_primitive(Fused::swiglu, x, {gate, up}, std::nullopt, opt,
+                         norm ? &*norm : nullptr)[0];
 #else
   return x;
 #endif

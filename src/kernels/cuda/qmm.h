@@ -70,10 +70,21 @@ struct QMatrix {
 // Where it does not, callers run the matmuls one by one.
 bool takes_fused(const mx::array& x, const std::vector<QMatrix>& mats, const QmmOptions& opt);
 
+// An RMSNorm of x fused into the matmuls that read it: weight (K) of x's dtype. The kernel
+// multiplies x by the weight (rounded to x's dtype) before the products and the float32 sums by
+// rsqrt(mean(x^2) + eps) after them, where the unfused norm rounds x * rsqrt(...) first: the
+// same value, each rounding in another place.
+struct FusedNorm {
+  mx::array weight;
+  float eps = 1e-6f;
+};
+
 // x @ dequantize(m).T for each of one to three weights of x's K in one launch (a layer's q, k and
-// v projections): each output is bit for bit that of its own quantized_matmul call.
+// v projections): each output is bit for bit that of its own quantized_matmul call (without
+// `norm`; with it, of norm(x)'s, up to the norm's roundings).
 std::vector<mx::array> qmv_multi(const mx::array& x, const std::vector<QMatrix>& mats,
-                                 const QmmOptions& opt);
+                                 const QmmOptions& opt,
+                                 const std::optional<FusedNorm>& norm = std::nullopt);
 
 // residual + x @ dequantize(m).T in one launch, residual (..., N) of x's dtype: bit for bit
 // mx::add(residual, quantized_matmul(x, m)) (the product rounded to x's dtype, then the sum).
@@ -83,7 +94,7 @@ mx::array qmv_add(const mx::array& x, const QMatrix& m, const mx::array& residua
 // silu(x @ gate.T) * (x @ up.T) in one launch, gate and up (N, K): each product rounded to x's
 // dtype, then sigmoid, g * sigmoid and the product with u each rounded, as the unfused ops.
 mx::array qmv_swiglu(const mx::array& x, const QMatrix& gate, const QMatrix& up,
-                     const QmmOptions& opt);
+                     const QmmOptions& opt, const std::optional<FusedNorm>& norm = std::nullopt);
 
 // Per-head RMSNorm (optional) and RoPE of a decode step's q and k in one launch (qk_rope.cuh):
 // q (B, L, n_heads * head_dim), k (B, L, n_kv_heads * head_dim) -> (B, n_heads, L, head_dim) and

@@ -65,6 +65,9 @@ struct Ops<__nv_bfloat16> {
   }
   __device__ static float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
   __device__ static __nv_bfloat16 from_float(float v) { return __float2bfloat16(v); }
+  // The two values of a packed pair, as float32.
+  __device__ static float lo(u32 v) { return __uint_as_float(v << 16); }
+  __device__ static float hi(u32 v) { return __uint_as_float(v & 0xffff0000u); }
   __device__ static void mma(float* c, const u32* a, u32 b0, u32 b1) {
     asm volatile(
         "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
@@ -85,6 +88,10 @@ struct Ops<__half> {
   }
   __device__ static float to_float(__half v) { return __half2float(v); }
   __device__ static __half from_float(float v) { return __float2half(v); }
+  __device__ static float lo(u32 v) { return __half2float(__ushort_as_half((unsigned short)v)); }
+  __device__ static float hi(u32 v) {
+    return __half2float(__ushort_as_half((unsigned short)(v >> 16)));
+  }
   __device__ static void mma(float* c, const u32* a, u32 b0, u32 b1) {
     asm volatile(
         "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
@@ -151,10 +158,18 @@ namespace lmx_qmv_detail {
 // Warp `wi` of `nw` (the warps of the block that share this tile) takes every nw-th slice of 128
 // inputs and leaves its partial 16 x (8 TT) tile of features n0 .. n0 + 15 over x's rows in
 // `part` (its own tile in shared memory); the caller syncs and sums the nw tiles.
-template <typename T, int BITS, int GS, int TT>
+struct NoPrologue {
+  __device__ void operator()() const {}
+};
+
+// `norm` (K) or null: x's inputs multiplied by it (rounded to T) before the products, a fused
+// RMSNorm's weight (its 1 / rms per row scales the sums afterwards, row_inv_rms). `pro` runs once
+// per warp after the first weights are in flight (or at the end, for a warp without slices).
+template <typename T, int BITS, int GS, int TT, typename Pro = NoPrologue>
 __device__ inline void partial_tile(const T* __restrict__ x, const u32* __restrict__ w,
                                     const T* __restrict__ scales, const T* __restrict__ biases,
-                                    int M, int K, int n0, int wi, int nw, float (*part)[8 * TT]) {
+                                    int M, int K, int n0, int wi, int nw, float (*part)[8 * TT],
+                                    const T* __restrict__ norm = nullptr, Pro pro = Pro()) {
   using O = Ops<T>;
   using T2 = typename O::T2;
   static_assert(BITS == 4 || BITS == 8, "BITS 4 or 8");
@@ -228,6 +243,21 @@ __device__ inline void partial_tile(const T* __restrict__ x, const u32* __restri
 #pragma unroll
         for (int l = 0; l < 4; ++l) xv[tt][l] = has_row[tt] ? p[l] : make_uint4(0u, 0u, 0u, 0u);
       }
+      if (norm) {
+        const uint4* np = reinterpret_cast<const uint4*>(norm + k);
+#pragma unroll
+        for (int l = 0; l < 4; ++l) {
+          const uint4 nv = np[l];
+#pragma unroll
+          for (int tt = 0; tt < TT; ++tt) {
+            uint4& v = xv[tt][l];
+            v.x = as_u32<T>(__hmul2(as_t2<T>(v.x), as_t2<T>(nv.x)));
+            v.y = as_u32<T>(__hmul2(as_t2<T>(v.y), as_t2<T>(nv.y)));
+            v.z = as_u32<T>(__hmul2(as_t2<T>(v.z), as_t2<T>(nv.z)));
+            v.w = as_u32<T>(__hmul2(as_t2<T>(v.w), as_t2<T>(nv.w)));
+          }
+        }
+      }
       if constexpr (BITS == 4) {
         T2 s2[2], b2[2];
 #pragma unroll
@@ -294,6 +324,7 @@ __device__ inline void partial_tile(const T* __restrict__ x, const u32* __restri
     // read by every block and otherwise arrives from L2 at each slice).
     Batch cur, nxt;
     load(cur, wi);
+    pro();
     for (int s0 = wi; s0 < slices; s0 += nw * kU) {
       const int s1 = s0 + nw * kU;
       if (s1 < slices) {
@@ -311,11 +342,15 @@ __device__ inline void partial_tile(const T* __restrict__ x, const u32* __restri
       cur = nxt;
     }
   } else {
+    bool first = true;
     for (int s0 = wi; s0 < slices; s0 += nw * kU) {
       Batch buf;
       load(buf, s0);
+      if (first) pro();
+      first = false;
       compute(buf, s0);
     }
+    if (first) pro();
   }
 
   // C fragment: c[i] is feature g + 8 * (i / 2), row 2t + (i % 2) of the tile.
@@ -324,6 +359,39 @@ __device__ inline void partial_tile(const T* __restrict__ x, const u32* __restri
 #pragma unroll
     for (int i = 0; i < 4; ++i) part[g + 8 * (i / 2)][8 * tt + 2 * t + (i % 2)] = acc[tt][i];
 }
+
+}  // namespace lmx_qmv_detail
+
+namespace lmx_qmv_detail {
+
+// 1 / rms of x's rows for a fused RMSNorm: warp wi of nw takes rows wi, wi + nw, ... and leaves
+// rsqrt(mean(x^2) + eps) in inv[row] (the caller syncs before reading it).
+template <typename T>
+struct RowInvRms {
+  const T* x;
+  float* inv;
+  int M, K, wi, nw;
+  float eps;
+  __device__ void operator()() const {
+    const int lane = threadIdx.x % 32;
+    for (int r = wi; r < M; r += nw) {
+      const uint4* p = reinterpret_cast<const uint4*>(x + size_t(r) * K);
+      float ss = 0.0f;
+      for (int i = lane; i < K / 8; i += 32) {
+        const uint4 v = p[i];
+        const u32 words[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const float a = Ops<T>::lo(words[j]), b = Ops<T>::hi(words[j]);
+          ss += a * a + b * b;
+        }
+      }
+#pragma unroll
+      for (int o = 16; o > 0; o /= 2) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+      if (lane == 0) inv[r] = rsqrtf(ss / K + eps);
+    }
+  }
+};
 
 }  // namespace lmx_qmv_detail
 
@@ -362,6 +430,10 @@ struct LmxQmvMulti {
   int n[3];
   int first[4];
   int count, M, K;
+  // A fused RMSNorm of x (weight (K) or null, and its eps): each output is
+  // round(rsqrt(mean(x^2) + eps) * sum(w * round(x * norm))), the unfused norm's roundings moved.
+  const void* norm;
+  float eps;
 };
 
 template <typename T, int BITS, int GS, int TT>
@@ -369,14 +441,17 @@ __device__ void lmx_qmv_multi(const LmxQmvMulti& a) {
   using namespace lmx_qmv_detail;
   using O = Ops<T>;
   __shared__ float partial[kWarps][16][8 * TT];
+  __shared__ float inv_rms[8 * TT];
   int i = 0;
   while (i + 1 < a.count && int(blockIdx.x) >= a.first[i + 1]) ++i;
   const int warp = threadIdx.x / 32;
   const int n0 = (int(blockIdx.x) - a.first[i]) * 16, N = a.n[i], M = a.M;
-  partial_tile<T, BITS, GS, TT>(static_cast<const T*>(a.x), static_cast<const u32*>(a.w[i]),
-                                static_cast<const T*>(a.scales[i]),
-                                static_cast<const T*>(a.biases[i]), M, a.K, n0, warp, kWarps,
-                                partial[warp]);
+  const T* x = static_cast<const T*>(a.x);
+  const T* norm = static_cast<const T*>(a.norm);
+  const RowInvRms<T> rms{x, inv_rms, norm ? M : 0, a.K, warp, kWarps, a.eps};
+  partial_tile<T, BITS, GS, TT>(
+      x, static_cast<const u32*>(a.w[i]), static_cast<const T*>(a.scales[i]),
+      static_cast<const T*>(a.biases[i]), M, a.K, n0, warp, kWarps, partial[warp], norm, rms);
   __syncthreads();
   T* out = static_cast<T*>(a.out[i]);
   const T* res = static_cast<const T*>(a.residual);
@@ -385,6 +460,7 @@ __device__ void lmx_qmv_multi(const LmxQmvMulti& a) {
     float sum = 0.0f;
 #pragma unroll
     for (int v = 0; v < kWarps; ++v) sum += partial[v][f][row];
+    if (norm) sum *= inv_rms[row];
     const size_t o = size_t(row) * N + n0 + f;
     out[o] = res ? O::from_float(O::to_float(O::from_float(sum)) + O::to_float(res[o]))
                  : O::from_float(sum);
@@ -402,6 +478,8 @@ struct LmxQmvSwiglu {
   const void* biases[2];
   void* out;
   int M, N, K;
+  const void* norm;  // a fused RMSNorm of x, as LmxQmvMulti's
+  float eps;
 };
 
 template <typename T, int BITS, int GS, int TT>
@@ -411,15 +489,19 @@ __device__ void lmx_qmv_swiglu(const LmxQmvSwiglu& a) {
   static_assert(kWarps % 2 == 0, "an even number of warps");
   constexpr int kHalf = kWarps / 2;
   __shared__ float partial[kWarps][16][8 * TT];
+  __shared__ float inv_rms[8 * TT];
   const int warp = threadIdx.x / 32, m = warp / kHalf;
   const int n0 = blockIdx.x * 16, M = a.M;
   // Selected, not indexed by m: an index into the parameters puts them on the stack.
   const void* w = m ? a.w[1] : a.w[0];
   const void* s = m ? a.scales[1] : a.scales[0];
   const void* b = m ? a.biases[1] : a.biases[0];
-  partial_tile<T, BITS, GS, TT>(static_cast<const T*>(a.x), static_cast<const u32*>(w),
-                                static_cast<const T*>(s), static_cast<const T*>(b), M, a.K, n0,
-                                warp % kHalf, kHalf, partial[warp]);
+  const T* x = static_cast<const T*>(a.x);
+  const T* norm = static_cast<const T*>(a.norm);
+  const RowInvRms<T> rms{x, inv_rms, norm ? M : 0, a.K, warp, kWarps, a.eps};
+  partial_tile<T, BITS, GS, TT>(x, static_cast<const u32*>(w), static_cast<const T*>(s),
+                                static_cast<const T*>(b), M, a.K, n0, warp % kHalf, kHalf,
+                                partial[warp], norm, rms);
   __syncthreads();
   T* out = static_cast<T*>(a.out);
   for (int idx = threadIdx.x; idx < 16 * M; idx += 32 * kWarps) {
@@ -429,6 +511,10 @@ __device__ void lmx_qmv_swiglu(const LmxQmvSwiglu& a) {
     for (int v = 0; v < kHalf; ++v) {
       g += partial[v][f][row];
       u += partial[kHalf + v][f][row];
+    }
+    if (norm) {
+      g *= inv_rms[row];
+      u *= inv_rms[row];
     }
     const float gr = O::to_float(O::from_float(g)), ur = O::to_float(O::from_float(u));
     const float sig = O::to_float(O::from_float(1.0f / (1.0f + expf(-gr))));

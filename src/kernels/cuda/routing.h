@@ -18,4 +18,8 @@ bool rows_routed();
 // kernel per projection, for comparing the two in one benchmark call.
 bool fused_routed();
 
+// The pre-attention and pre-MLP RMSNorms folded into those fused kernels (qmm.h FusedNorm): on
+// unless LMX_CUDA_NORM_FOLD=0 (read once; other values an error).
+bool norm_fold_routed();
+
 }  // namespace lmx::kernels::cuda
