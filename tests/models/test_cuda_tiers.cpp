@@ -124,7 +124,9 @@ TEST_P(CudaTiers, DecodeStepRunsTheFusedKernels) {
     EXPECT_EQ(count("RoPE"), 0) << row << ": every rotation in lmx's kernel";
     // The layers' norms in the kernels that read them (routing.h norm_fold_routed): the model's
     // final norm is left.
-    if (kernels::cuda::norm_fold_routed()) EXPECT_EQ(count("RMSNorm"), 1) << row;
+    if (kernels::cuda::norm_fold_routed()) {
+      EXPECT_EQ(count("RMSNorm"), 1) << row;
+    }
   }
 }
 
