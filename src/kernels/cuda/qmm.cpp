@@ -341,6 +341,20 @@ mx::array qmv_primitive(const mx::array& x, const mx::array& w, const mx::array&
                    {x, w, scales, biases});
 }
 
+// A multi-output primitive's arrays before its launch: the inputs made row-contiguous and
+// registered with the encoder, the outputs given device buffers and registered.
+std::vector<mx::array> bind_arrays(mx::cu::CommandEncoder& enc, const std::vector<mx::array>& raw,
+                                   std::vector<mx::array>& outs) {
+  std::vector<mx::array> in;
+  in.reserve(raw.size());
+  for (const auto& a : raw) in.push_back(dense_input(a, enc));
+  const int dev = enc.device().cuda_device();
+  for (auto& o : outs) o.set_data(detail::device_buffer(o.nbytes(), dev, enc.stream()));
+  for (const auto& a : in) enc.set_input_array(a);
+  for (const auto& o : outs) enc.set_output_array(o);
+  return in;
+}
+
 // qmv.cuh's LmxQmvMulti and LmxQmvSwiglu, field for field (the kernels take them by value).
 struct MultiArgs {
   const void* x;
@@ -383,17 +397,10 @@ class QmvFused : public mx::Primitive {
 
   void eval_gpu(const std::vector<mx::array>& raw, std::vector<mx::array>& outs) override {
     auto& enc = mx::cu::get_command_encoder(stream());
-    std::vector<mx::array> in;
-    in.reserve(raw.size());
-    for (const auto& a : raw) in.push_back(dense_input(a, enc));
-    CUstream cs = enc.stream();
-    const int dev = enc.device().cuda_device();
-    for (auto& o : outs) o.set_data(detail::device_buffer(o.nbytes(), dev, cs));
+    const std::vector<mx::array> in = bind_arrays(enc, raw, outs);
     const mx::array& x = in[0];
     const int K = x.shape(-1), M = rows_of(x), tt = M > 8 ? 2 : 1;
     const int fi = fused_index(x.dtype(), bits_, gs_, tt);
-    for (const auto& a : in) enc.set_input_array(a);
-    for (const auto& o : outs) enc.set_output_array(o);
     if (kind_ == Fused::swiglu) {
       SwigluArgs a{};
       a.x = mx::gpu_ptr<void>(x);
@@ -475,14 +482,7 @@ class QkRope : public mx::Primitive {
 
   void eval_gpu(const std::vector<mx::array>& raw, std::vector<mx::array>& outs) override {
     auto& enc = mx::cu::get_command_encoder(stream());
-    std::vector<mx::array> in;
-    in.reserve(raw.size());
-    for (const auto& a : raw) in.push_back(dense_input(a, enc));
-    CUstream cs = enc.stream();
-    const int dev = enc.device().cuda_device();
-    for (auto& o : outs) o.set_data(detail::device_buffer(o.nbytes(), dev, cs));
-    for (const auto& a : in) enc.set_input_array(a);
-    for (const auto& o : outs) enc.set_output_array(o);
+    const std::vector<mx::array> in = bind_arrays(enc, raw, outs);
     const mx::array& q = in[0];
     const int D = o_.head_dim, L = q.shape(1);
     QkRopeArgs a{};
