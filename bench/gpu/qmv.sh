@@ -9,8 +9,9 @@
 # l3jit: through mx::fast::cuda_kernel (LMX_CUDA_QMV_JIT=1), l3nofuse: without the fused decode
 # kernels (LMX_CUDA_FUSED=0, one kernel per projection), l3pipe: the kernels' software-pipelined
 # build (LMX_CUDA_QMV_PIPE=1), l3norope: q/k norms and RoPE unfused (LMX_CUDA_QK_ROPE=0),
-# l3nofold: the layers' RMSNorms as their own kernels (LMX_CUDA_NORM_FOLD=0); a tier named twice
-# runs twice and
+# l3nofold: the layers' RMSNorms as their own kernels (LMX_CUDA_NORM_FOLD=0), l3opsN: L3 with MLX
+# committing a CUDA graph every N nodes (MLX_MAX_OPS_PER_BUFFER=N; MLX's default is about 20); a
+# tier named twice runs twice and
 # its files get a suffix), TRIALS (default 3), GGUF (a GGUF of the same weights: llama-bench too).
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -49,16 +50,17 @@ case "${1:-}" in
     wl="${WORKLOADS:-16:128,512:1}"
     declare -A seen=()
     for tier in ${TIERS:-l3 l1}; do
-      flag=(); jit=0; fused=1; pipe=0; rope=1; fold=1
+      flag=(); jit=0; fused=1; pipe=0; rope=1; fold=1; ops=()
       [[ $tier == l1 ]] && flag=(--exact)
       [[ $tier == l3jit ]] && jit=1
       [[ $tier == l3nofuse ]] && fused=0
       [[ $tier == l3pipe ]] && pipe=1
       [[ $tier == l3norope ]] && rope=0
       [[ $tier == l3nofold ]] && fold=0
+      [[ $tier == l3ops* ]] && ops=(MLX_MAX_OPS_PER_BUFFER="${tier#l3ops}")
       seen[$tier]=$((${seen[$tier]:-0} + 1))
       name="$tier"; ((seen[$tier] > 1)) && name="$tier-${seen[$tier]}"
-      timeout "$step" env LMX_CUDA_QMV_JIT=$jit LMX_CUDA_FUSED=$fused LMX_CUDA_QMV_PIPE=$pipe LMX_CUDA_QK_ROPE=$rope LMX_CUDA_NORM_FOLD=$fold lmx bench --model "$model" --workloads "$wl" \
+      timeout "$step" env LMX_CUDA_QMV_JIT=$jit LMX_CUDA_FUSED=$fused LMX_CUDA_QMV_PIPE=$pipe LMX_CUDA_QK_ROPE=$rope LMX_CUDA_NORM_FOLD=$fold "${ops[@]}" lmx bench --model "$model" --workloads "$wl" \
         --trials "${TRIALS:-3}" "${flag[@]}" >"$out/e2e-lmx-$name.jsonl" 2>"$out/e2e-lmx-$name.err"
       echo "qmv: lmx $name rc=$? after $((SECONDS - t0)) s"
       sed "s/^{/{\"run\": \"$name\", /" "$out/e2e-lmx-$name.jsonl"
