@@ -154,6 +154,15 @@ using detail::dense_input;
 
 namespace {
 
+// An on/off switch from the environment: unset gives `fallback`, "0" or "1" set it, any other
+// value is an error naming the variable.
+bool env_switch(const char* name, bool fallback) {
+  const char* v = std::getenv(name);
+  const std::string s = v ? v : (fallback ? "1" : "0");
+  check(s == "0" || s == "1", name, "expected 0 or 1, got '", s, "'");
+  return s == "1";
+}
+
 // One line that calls qmv.cuh's lmx_qmv; bench/gpu/qmv_bench.py uses the same line. MLX passes
 // the shapes of x (..., K) and w (N, K * bits / 32) because the body names them, so x needs no
 // reshape (each reshape is one more graph node for the host to run per call).
@@ -177,12 +186,7 @@ int rows_of(const mx::array& x) {
 // LMX_CUDA_QMV_JIT=1: the kernel through mx::fast::cuda_kernel (NVRTC) instead of the primitive
 // below, for comparing the two in one benchmark call.
 [[maybe_unused]] bool use_jit() {
-  static const bool on = [] {
-    const char* v = std::getenv("LMX_CUDA_QMV_JIT");
-    const std::string s = v ? v : "0";
-    check(s == "0" || s == "1", "LMX_CUDA_QMV_JIT", "expected 0 or 1, got '", s, "'");
-    return s == "1";
-  }();
+  static const bool on = env_switch("LMX_CUDA_QMV_JIT", false);
   return on;
 }
 
@@ -220,11 +224,9 @@ CUfunction function(int index) {
   std::call_once(once, [] {
     // bin2c's array has byte alignment; the loader reads the image as 8-byte words.
     // LMX_CUDA_QMV_PIPE=1: the build of the kernels with qmv.cuh's software pipeline.
-    const char* pv = std::getenv("LMX_CUDA_QMV_PIPE");
-    const std::string pipe = pv ? pv : "0";
-    check(pipe == "0" || pipe == "1", "LMX_CUDA_QMV_PIPE", "expected 0 or 1, got '", pipe, "'");
-    const unsigned char* bin = pipe == "1" ? lmx_qmv_pipe_fatbin : lmx_qmv_fatbin;
-    const size_t bytes = pipe == "1" ? sizeof(lmx_qmv_pipe_fatbin) : sizeof(lmx_qmv_fatbin);
+    const bool pipe = env_switch("LMX_CUDA_QMV_PIPE", false);
+    const unsigned char* bin = pipe ? lmx_qmv_pipe_fatbin : lmx_qmv_fatbin;
+    const size_t bytes = pipe ? sizeof(lmx_qmv_pipe_fatbin) : sizeof(lmx_qmv_fatbin);
     std::vector<unsigned long long> image((bytes + 7) / 8);
     std::memcpy(image.data(), bin, bytes);
     CUmodule mod = nullptr;
@@ -557,12 +559,7 @@ bool available() {
 }
 
 bool enabled() {
-  static const bool on = [] {
-    const char* v = std::getenv("LMX_CUDA_KERNELS");
-    const std::string s = v ? v : "1";
-    check(s == "0" || s == "1", "LMX_CUDA_KERNELS", "expected 0 or 1, got '", s, "'");
-    return s == "1";
-  }();
+  static const bool on = env_switch("LMX_CUDA_KERNELS", true);
   return on;
 }
 
@@ -576,32 +573,17 @@ bool supports(int bits, int group_size, const std::string& mode, mx::Dtype scale
 bool routed(int bits, int group_size) { return group_size != 32; }
 
 bool rows_routed() {
-  static const bool on = [] {
-    const char* v = std::getenv("LMX_CUDA_ROWS");
-    const std::string s = v ? v : "1";
-    check(s == "0" || s == "1", "LMX_CUDA_ROWS", "expected 0 or 1, got '", s, "'");
-    return s == "1";
-  }();
+  static const bool on = env_switch("LMX_CUDA_ROWS", true);
   return on;
 }
 
 bool fused_routed() {
-  static const bool on = [] {
-    const char* v = std::getenv("LMX_CUDA_FUSED");
-    const std::string s = v ? v : "1";
-    check(s == "0" || s == "1", "LMX_CUDA_FUSED", "expected 0 or 1, got '", s, "'");
-    return s == "1";
-  }();
+  static const bool on = env_switch("LMX_CUDA_FUSED", true);
   return on;
 }
 
 bool norm_fold_routed() {
-  static const bool on = [] {
-    const char* v = std::getenv("LMX_CUDA_NORM_FOLD");
-    const std::string s = v ? v : "1";
-    check(s == "0" || s == "1", "LMX_CUDA_NORM_FOLD", "expected 0 or 1, got '", s, "'");
-    return s == "1";
-  }();
+  static const bool on = env_switch("LMX_CUDA_NORM_FOLD", true);
   return on;
 }
 
@@ -779,12 +761,7 @@ std::string shape_str(const mx::Shape& shape) {
 
 bool takes_qk_norm_rope(const mx::array& q, const mx::array& k, const QkRopeOptions& o) {
   // LMX_CUDA_QK_ROPE=0: the unfused norms and RoPE (for A/B runs in one benchmark call).
-  static const bool on = [] {
-    const char* v = std::getenv("LMX_CUDA_QK_ROPE");
-    const std::string s = v ? v : "1";
-    check(s == "0" || s == "1", "LMX_CUDA_QK_ROPE", "expected 0 or 1, got '", s, "'");
-    return s == "1";
-  }();
+  static const bool on = env_switch("LMX_CUDA_QK_ROPE", true);
   const int D = o.head_dim;
   return on && available() && enabled() && q.ndim() == 3 && k.ndim() == 3 &&
          (q.dtype() == mx::bfloat16 || q.dtype() == mx::float16) && k.dtype() == q.dtype() &&
@@ -819,14 +796,12 @@ std::vector<mx::array> qk_norm_rope(const mx::array& q, const mx::array& k,
           shape_str(freqs->shape()));
     inputs.push_back(*freqs);
   }
-  const int B = q.shape(0), L = q.shape(1);
 #if LMX_CUDA_BUILD
+  const int B = q.shape(0), L = q.shape(1);
   return mx::array::make_arrays(
       {{B, o.n_heads, L, o.head_dim}, {B, o.n_kv_heads, L, o.head_dim}}, {q.dtype(), q.dtype()},
       std::make_shared<QkRope>(mx::default_stream(mx::Device::gpu), o), inputs);
 #else
-  (void)B;
-  (void)L;
   return inputs;
 #endif
 }
